@@ -1,0 +1,211 @@
+// The exported C API: argument checks, program selection and the CPU or CUDA launch.
+// Never throws: every failure is a status.
+#include "cake_rmsnorm/cake_rmsnorm.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "../dispatch/programs.h"
+#include "../kernels/cpu/rmsnorm_cpu.h"
+#include "../kernels/params.h"
+#if CAKE_WITH_CUDA
+#include "launch.h"
+#endif
+
+namespace {
+
+thread_local std::string g_last_cuda_error;
+
+bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool stride_ok(int64_t stride, int64_t hidden) { return stride >= hidden; }
+// 16-bit rows of a 16-byte vector kernel: the row stride in bytes is a multiple of 16.
+bool stride_aligned(int64_t stride) { return (stride * 2) % 16 == 0; }
+
+cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t hidden) {
+  if (!is_16bit(x)) return CAKE_ERR_UNSUPPORTED;
+  if (w != x && w != CAKE_DTYPE_FP32) return CAKE_ERR_UNSUPPORTED;
+  if (rows < 0 || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30))
+    return CAKE_ERR_INVALID_ARGUMENT;
+  return CAKE_OK;
+}
+
+cake_status_t cuda_status(int code) {
+#if CAKE_WITH_CUDA
+  if (code == 0) return CAKE_OK;
+  g_last_cuda_error = cake::cuda_error_string(code);
+  return CAKE_ERR_CUDA;
+#else
+  (void)code;
+  return CAKE_ERR_NO_CUDA;
+#endif
+}
+
+template <typename Fn>
+void with_types(cake_dtype_t x, cake_dtype_t w, Fn&& fn) {
+  using namespace cake::cpu;
+  if (x == CAKE_DTYPE_BF16) {
+    if (w == CAKE_DTYPE_FP32) fn(BF16{}, F32{}); else fn(BF16{}, BF16{});
+  } else {
+    if (w == CAKE_DTYPE_FP32) fn(FP16{}, F32{}); else fn(FP16{}, FP16{});
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream) {
+  if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
+  cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden);
+  if (st != CAKE_OK) return st;
+  if (!std::isfinite(a->eps) || a->eps < 0.f) return CAKE_ERR_INVALID_ARGUMENT;
+  if (a->rows == 0) return CAKE_OK;
+  const bool res = a->residual != nullptr;
+  if (a->x == nullptr || a->w == nullptr || a->y == nullptr || a->rstd == nullptr ||
+      (res && a->h_out == nullptr))
+    return CAKE_ERR_INVALID_ARGUMENT;
+  if (!stride_ok(a->x_row_stride, a->hidden) || !stride_ok(a->y_row_stride, a->hidden) ||
+      (res && (!stride_ok(a->residual_row_stride, a->hidden) ||
+               !stride_ok(a->h_row_stride, a->hidden))))
+    return CAKE_ERR_INVALID_ARGUMENT;
+
+  cake::FwdParams p{};
+  p.x = a->x; p.x_stride = a->x_row_stride;
+  p.r = a->residual; p.r_stride = a->residual_row_stride;
+  p.w = a->w;
+  p.y = a->y; p.y_stride = a->y_row_stride;
+  p.h = a->h_out; p.h_stride = a->h_row_stride;
+  p.rstd = a->rstd;
+  p.rows = a->rows;
+  p.hidden = static_cast<int>(a->hidden);
+  p.eps = a->eps;
+
+  if (a->device == CAKE_DEVICE_CPU) {
+    with_types(a->x_dtype, a->w_dtype, [&](auto t, auto w) {
+      cake::cpu::forward<decltype(t), decltype(w)>(p);
+    });
+    return CAKE_OK;
+  }
+  if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
+#if CAKE_WITH_CUDA
+  if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned(a->x_row_stride) ||
+      !stride_aligned(a->y_row_stride) ||
+      (res && (!aligned16(a->residual) || !aligned16(a->h_out) ||
+               !stride_aligned(a->residual_row_stride) || !stride_aligned(a->h_row_stride))))
+    return CAKE_ERR_MISALIGNED;
+  const cake::Program prog = cake::forward_program(p.hidden);
+  p.tpr = prog.tpr;
+  const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
+  const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, stream)
+                                                 : cake::launch_forward_fp16(p, w32, prog, stream);
+  return cuda_status(code);
+#else
+  (void)stream;
+  return CAKE_ERR_NO_CUDA;
+#endif
+}
+
+cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream) {
+  if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
+  cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden);
+  if (st != CAKE_OK) return st;
+  if (a->max_ctas < 0) return CAKE_ERR_INVALID_ARGUMENT;
+  const bool want_dw = a->dw != nullptr;
+  const bool res = a->g_residual != nullptr;
+  if (a->rows > 0) {
+    if (a->g == nullptr || a->x == nullptr || a->w == nullptr || a->rstd == nullptr ||
+        a->dx == nullptr)
+      return CAKE_ERR_INVALID_ARGUMENT;
+    if (!stride_ok(a->g_row_stride, a->hidden) || !stride_ok(a->x_row_stride, a->hidden) ||
+        !stride_ok(a->dx_row_stride, a->hidden) ||
+        (res && !stride_ok(a->g_residual_row_stride, a->hidden)))
+      return CAKE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t need = cake_rmsnorm_backward_workspace_bytes(a->rows, a->hidden);
+  if (want_dw && a->rows > 0 &&
+      (a->workspace == nullptr || a->workspace_bytes < need || !aligned16(a->workspace)))
+    return CAKE_ERR_WORKSPACE;
+
+  cake::BwdParams p{};
+  p.g = a->g; p.g_stride = a->g_row_stride;
+  p.x = a->x; p.x_stride = a->x_row_stride;
+  p.w = a->w;
+  p.rstd = a->rstd;
+  p.gr = a->g_residual; p.gr_stride = a->g_residual_row_stride;
+  p.dx = a->dx; p.dx_stride = a->dx_row_stride;
+  p.partials = want_dw ? static_cast<float*>(a->workspace) : nullptr;
+  p.dw = a->dw;
+  p.rows = a->rows;
+  p.hidden = static_cast<int>(a->hidden);
+  p.chunks = static_cast<int>(cake::backward_chunks(a->rows));
+
+  if (a->device == CAKE_DEVICE_CPU) {
+    if (a->rows == 0) {
+      if (want_dw) std::memset(a->dw, 0, sizeof(float) * a->hidden);
+      return CAKE_OK;
+    }
+    with_types(a->x_dtype, a->w_dtype, [&](auto t, auto w) {
+      cake::cpu::backward<decltype(t), decltype(w)>(p);
+    });
+    return CAKE_OK;
+  }
+  if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
+#if CAKE_WITH_CUDA
+  if (a->rows == 0) return want_dw ? cuda_status(cake::zero_floats(a->dw, a->hidden, stream)) : CAKE_OK;
+  if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
+      !stride_aligned(a->g_row_stride) || !stride_aligned(a->x_row_stride) ||
+      !stride_aligned(a->dx_row_stride) ||
+      (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride))))
+    return CAKE_ERR_MISALIGNED;
+  const cake::Program prog = cake::backward_program(p.hidden);
+  p.tpr = prog.tpr;
+  int grid = p.chunks;
+  if (a->max_ctas > 0 && a->max_ctas < grid) grid = a->max_ctas;
+  const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
+  const int code = a->x_dtype == CAKE_DTYPE_BF16
+                       ? cake::launch_backward_bf16(p, w32, prog, grid, stream)
+                       : cake::launch_backward_fp16(p, w32, prog, grid, stream);
+  return cuda_status(code);
+#else
+  (void)stream;
+  return CAKE_ERR_NO_CUDA;
+#endif
+}
+
+size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden) {
+  if (rows <= 0 || hidden <= 0) return 0;
+  return static_cast<size_t>(cake::backward_chunks(rows)) * static_cast<size_t>(hidden) *
+         sizeof(float);
+}
+
+int64_t cake_rmsnorm_backward_saturating_rows(void) { return cake::backward_saturating_rows(); }
+
+int64_t cake_rmsnorm_backward_chunks(int64_t rows) { return cake::backward_chunks(rows); }
+
+unsigned cake_rmsnorm_built_archs(void) {
+#ifdef CAKE_BUILT_ARCH_MASK
+  return CAKE_BUILT_ARCH_MASK;
+#else
+  return 0u;
+#endif
+}
+
+const char* cake_rmsnorm_status_string(cake_status_t status) {
+  switch (status) {
+    case CAKE_OK: return "ok";
+    case CAKE_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case CAKE_ERR_UNSUPPORTED: return "unsupported dtype combination or width";
+    case CAKE_ERR_MISALIGNED: return "CUDA pointers and row strides must be 16-byte aligned";
+    case CAKE_ERR_WORKSPACE: return "backward workspace missing, misaligned or too small";
+    case CAKE_ERR_NO_CUDA: return "library built without CUDA";
+    case CAKE_ERR_CUDA: return "CUDA error";
+  }
+  return "unknown status";
+}
+
+const char* cake_rmsnorm_last_cuda_error(void) { return g_last_cuda_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,10 @@
+// The forward instantiations for fp16 activations (every weight dtype, residual, VPT).
+#include "launch_forward.cuh"
+
+namespace cake {
+
+int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream) {
+  return launch_forward<__half>(p, w_fp32, prog, stream);
+}
+
+}  // namespace cake

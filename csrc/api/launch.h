@@ -1,0 +1,20 @@
+// Internal launchers, one per (direction, activation dtype), each defined in its own .cu file
+// so the instantiations compile in parallel. Host-only declarations: no CUDA headers needed.
+#pragma once
+
+#include "../dispatch/programs.h"
+#include "../kernels/params.h"
+
+namespace cake {
+
+// Each returns 0 on success or the CUDA error code of the launch; `stream` is a cudaStream_t.
+int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream);
+int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream);
+int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int grid,
+                         void* stream);
+int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int grid,
+                         void* stream);
+const char* cuda_error_string(int code);
+int zero_floats(float* p, int64_t n, void* stream);
+
+}  // namespace cake

@@ -1,0 +1,75 @@
+// Program selection: (route, hidden, T) -> the compile-time shape a launch uses. constexpr,
+// CUDA-free and torch-free, so the C API, the tests and the CPU path all see the same tables.
+#pragma once
+
+#include <stdint.h>
+
+#include "../kernels/params.h"
+
+namespace cake {
+
+// The compile-time vector caches that are instantiated (vectors per thread).
+constexpr int kFwdVpts[] = {1, 2, 4, 8};
+constexpr int kBwdVpts[] = {1, 2, 4};
+constexpr int kMaxFwdTpr = kMaxFwdThreads;
+constexpr int kMaxBwdTpr = kMaxBwdThreads;
+constexpr int kMinCtaThreads = 128;
+
+// dw partial chunks for `rows` rows: a function of rows alone, never of the device, so the
+// dw reduction tree (and its bits) is the same on every GPU and on the CPU path.
+constexpr int64_t kMaxChunks = 256;
+constexpr int64_t kRowsPerChunkMin = 2;
+constexpr int64_t backward_chunks(int64_t rows) {
+  return rows <= 0 ? 0
+                   : ((rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin < kMaxChunks
+                          ? (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin
+                          : kMaxChunks);
+}
+constexpr int64_t backward_saturating_rows() { return kMaxChunks * kRowsPerChunkMin; }
+
+struct Program {
+  int tpr;  // threads per row group, a power of two
+  int cta;  // threads per CTA: tpr * rows per CTA
+  int vpt;  // 16-byte vectors per thread held in registers (an instantiated value)
+};
+
+constexpr int pow2_ceil(int v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+constexpr int instantiated_vpt(int need, const int* vpts, int n) {
+  for (int i = 0; i < n; ++i)
+    if (vpts[i] >= need) return vpts[i];
+  return vpts[n - 1];  // wider rows: the kernel's second pass re-reads the rest
+}
+
+// The general program: the narrowest power-of-two group that holds the row in `target`
+// vectors per thread (capped at max_tpr); groups narrower than a warp share a CTA of
+// kMinCtaThreads, wider groups are the whole CTA (the cross-warp reduction syncs the CTA).
+constexpr Program general_program(int hidden, int target, int max_tpr, const int* vpts, int n) {
+  const int nvec = hidden / 8;
+  int tpr = pow2_ceil((nvec + target - 1) / target);
+  if (tpr > max_tpr) tpr = max_tpr;
+  const int need = (nvec + tpr - 1) / tpr;
+  const int cta = tpr <= 32 ? kMinCtaThreads : tpr;
+  return Program{tpr, cta, instantiated_vpt(need, vpts, n)};
+}
+
+constexpr Program forward_program(int hidden) {
+  return general_program(hidden, 2, kMaxFwdTpr, kFwdVpts, 4);
+}
+constexpr Program backward_program(int hidden) {
+  return general_program(hidden, 4, kMaxBwdTpr, kBwdVpts, 3);
+}
+
+static_assert(forward_program(6144).tpr == 512 && forward_program(6144).vpt == 2, "fwd 6144");
+static_assert(backward_program(6144).tpr == 256 && backward_program(6144).vpt == 4, "bwd 6144");
+static_assert(backward_program(512).cta == kMinCtaThreads, "narrow rows share a CTA");
+static_assert(backward_program(8192).vpt == 4 && backward_program(8192).tpr == 256, "bwd 8192");
+static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).cta == kMaxBwdTpr,
+              "rows with a second pass own the CTA (dw of the rest is summed in place)");
+static_assert(backward_chunks(1) == 1 && backward_chunks(1 << 20) == kMaxChunks, "chunks");
+
+}  // namespace cake

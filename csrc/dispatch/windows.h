@@ -1,0 +1,55 @@
+// Per-architecture window tables: (route, hidden, T window) -> program. Every architecture
+// currently serves every width with the general program over one window (0, inf); tuned
+// programs add rows here. CUDA-free and torch-free.
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "programs.h"
+
+namespace cake {
+
+enum class Route { kFwd, kFwdResidual, kBwd, kBwdResidual };
+
+struct Window {
+  int64_t above;
+  int64_t at_most;  // -1: unbounded
+  Program program;
+};
+
+constexpr int kArchs[] = {90, 100, 103, 107};
+
+inline bool parse_route(const char* s, Route* out) {
+  if (s == nullptr) return false;
+  if (strcmp(s, "fwd") == 0) *out = Route::kFwd;
+  else if (strcmp(s, "fwd_residual") == 0) *out = Route::kFwdResidual;
+  else if (strcmp(s, "bwd") == 0) *out = Route::kBwd;
+  else if (strcmp(s, "bwd_residual") == 0) *out = Route::kBwdResidual;
+  else return false;
+  return true;
+}
+
+inline bool arch_known(int sm) {
+  for (int a : kArchs)
+    if (a == sm) return true;
+  return false;
+}
+
+// Fills up to `cap` windows; returns how many the route has, or -1 if not served.
+inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
+  if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
+  const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
+  const Program prog = fwd ? forward_program(static_cast<int>(hidden))
+                           : backward_program(static_cast<int>(hidden));
+  if (cap > 0) out[0] = Window{0, -1, prog};
+  return 1;
+}
+
+// "general_t256x1_v4": threads per row, rows per CTA, vectors per thread.
+inline void program_name(const Program& p, char* buf, size_t n) {
+  snprintf(buf, n, "general_t%dx%d_v%d", p.tpr, p.cta / p.tpr, p.vpt);
+}
+
+}  // namespace cake

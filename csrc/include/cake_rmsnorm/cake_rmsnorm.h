@@ -1,0 +1,120 @@
+/* cake-rmsnorm public C API: fused RMSNorm training forward and backward on raw pointers.
+ *
+ * Every function returns a status and never throws. Pointers are device pointers for
+ * CAKE_DEVICE_CUDA (launched on `stream`, a cudaStream_t passed as void*) and host pointers
+ * for CAKE_DEVICE_CPU (stream ignored). Row strides are in elements; the feature dimension
+ * is contiguous. CUDA calls need 16-byte aligned base pointers and row strides whose byte
+ * size is a multiple of 16; no call allocates or synchronises, so calls can be captured in a
+ * CUDA graph.
+ */
+#ifndef CAKE_RMSNORM_H_
+#define CAKE_RMSNORM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define CAKE_API __declspec(dllexport)
+#else
+#define CAKE_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  CAKE_OK = 0,
+  CAKE_ERR_INVALID_ARGUMENT = 1, /* a null pointer, a bad size, stride or eps */
+  CAKE_ERR_UNSUPPORTED = 2,      /* dtype combination or width not built */
+  CAKE_ERR_MISALIGNED = 3,       /* CUDA path: base or row stride not 16-byte aligned */
+  CAKE_ERR_WORKSPACE = 4,        /* backward workspace missing or too small */
+  CAKE_ERR_NO_CUDA = 5,          /* library built without CUDA */
+  CAKE_ERR_CUDA = 6              /* a CUDA launch failed; see cake_rmsnorm_last_cuda_error */
+} cake_status_t;
+
+typedef enum { CAKE_DTYPE_BF16 = 0, CAKE_DTYPE_FP16 = 1, CAKE_DTYPE_FP32 = 2 } cake_dtype_t;
+
+typedef enum { CAKE_DEVICE_CPU = 0, CAKE_DEVICE_CUDA = 1 } cake_device_t;
+
+/* y = cast(h * rstd * w) with h = x, or h = cast(x + residual) written to h_out. */
+typedef struct {
+  cake_device_t device;
+  cake_dtype_t x_dtype; /* BF16 or FP16: x, residual, y and h_out */
+  cake_dtype_t w_dtype; /* x_dtype or FP32 */
+  int64_t rows;
+  int64_t hidden; /* a positive multiple of 8 */
+  const void* x;
+  int64_t x_row_stride;
+  const void* residual; /* NULL: no residual add */
+  int64_t residual_row_stride;
+  const void* w; /* [hidden], contiguous */
+  void* y;
+  int64_t y_row_stride;
+  void* h_out; /* required with residual */
+  int64_t h_row_stride;
+  float* rstd; /* [rows], FP32 1 / sqrt(mean(h^2) + eps) */
+  float eps;   /* finite, >= 0 */
+} cake_rmsnorm_fwd_args;
+
+/* dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x * rstd;
+ * dw = sum over rows of g * xhat, FP32, in a fixed order that depends on rows alone. */
+typedef struct {
+  cake_device_t device;
+  cake_dtype_t x_dtype;
+  cake_dtype_t w_dtype;
+  int64_t rows;
+  int64_t hidden;
+  const void* g;
+  int64_t g_row_stride;
+  const void* x; /* the normalised input: x, or h_new of the residual route */
+  int64_t x_row_stride;
+  const void* w;
+  const float* rstd;
+  const void* g_residual; /* NULL: none; else added into dx */
+  int64_t g_residual_row_stride;
+  void* dx;
+  int64_t dx_row_stride;
+  float* dw;        /* [hidden], contiguous; NULL skips the weight gradient */
+  void* workspace;  /* cake_rmsnorm_backward_workspace_bytes(rows, hidden) bytes, any content */
+  size_t workspace_bytes;
+  int deterministic; /* 1: reproducible dw bits (the only path built so far) */
+  int max_ctas;      /* 0: the library's choice; > 0 caps the CUDA grid (dw bits do not change) */
+} cake_rmsnorm_bwd_args;
+
+/* A token-count window (above, at_most] of a route and the program serving it. */
+typedef struct {
+  int64_t above;
+  int64_t at_most; /* -1: no upper bound */
+  char program[48];
+} cake_rmsnorm_window;
+
+CAKE_API cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* args, void* stream);
+CAKE_API cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* args, void* stream);
+
+/* Bytes of backward workspace for `rows` rows; a workspace sized for rows R serves every
+ * call with rows <= R, and every call at all once R >= cake_rmsnorm_backward_saturating_rows(). */
+CAKE_API size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden);
+CAKE_API int64_t cake_rmsnorm_backward_saturating_rows(void);
+/* The number of dw partial chunks for `rows` rows: a function of rows alone. */
+CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows);
+
+/* Writes up to `capacity` windows of route ("fwd", "fwd_residual", "bwd", "bwd_residual")
+ * for `hidden` on architecture `sm` (e.g. 90 for sm_90a); returns the number of windows,
+ * or -1 when the route or width is not served. */
+CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
+                                          cake_rmsnorm_window* out, int capacity);
+
+/* The architectures this library carries machine code for, as a bit mask
+ * (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3: sm_107a); 0 in a CPU-only build. */
+CAKE_API unsigned cake_rmsnorm_built_archs(void);
+
+CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
+/* The text of the last CUDA error seen by this thread ("" if none). */
+CAKE_API const char* cake_rmsnorm_last_cuda_error(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CAKE_RMSNORM_H_ */

@@ -1,0 +1,101 @@
+// CPU forward and backward with the CUDA kernels' semantics: FP32 statistics, IEEE
+// arithmetic, the same chunked dw partials and chunk-order compensated finalize. Single
+// threaded, so trivially deterministic. Torch-free.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "../params.h"
+#include "numeric.h"
+
+namespace cake {
+namespace cpu {
+
+// Sum in 16 interleaved lanes, then a fixed pairwise tree: a short error chain for wide rows,
+// like the GPU's per-thread sums followed by its butterfly.
+inline float lane_sum(const float* v, int n) {
+  float lanes[16] = {0.f};
+  for (int i = 0; i < n; ++i) lanes[i & 15] += v[i];
+  for (int w = 8; w > 0; w >>= 1)
+    for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+  return lanes[0];
+}
+
+template <typename W>
+inline void load_weight(const void* w, int n, std::vector<float>& out) {
+  const W* src = static_cast<const W*>(w);
+  out.resize(n);
+  for (int i = 0; i < n; ++i) out[i] = W::to_float(src[i]);
+}
+
+template <typename T, typename W>
+void forward(const FwdParams& p) {
+  const int H = p.hidden;
+  std::vector<float> wf, h(H), sq(H);
+  load_weight<W>(p.w, H, wf);
+  for (int64_t row = 0; row < p.rows; ++row) {
+    const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+    for (int i = 0; i < H; ++i) h[i] = T::to_float(x[i]);
+    if (p.r != nullptr) {
+      const T* r = static_cast<const T*>(p.r) + row * p.r_stride;
+      T* hout = static_cast<T*>(p.h) + row * p.h_stride;
+      for (int i = 0; i < H; ++i) {
+        hout[i] = T::from_float(h[i] + T::to_float(r[i]));
+        h[i] = T::to_float(hout[i]);
+      }
+    }
+    for (int i = 0; i < H; ++i) sq[i] = h[i] * h[i];
+    const float mean = lane_sum(sq.data(), H) / static_cast<float>(H);
+    const float rstd = 1.f / std::sqrt(mean + p.eps);
+    p.rstd[row] = rstd;
+    T* y = static_cast<T*>(p.y) + row * p.y_stride;
+    for (int i = 0; i < H; ++i) y[i] = T::from_float((h[i] * rstd) * wf[i]);
+  }
+}
+
+template <typename T, typename W>
+void backward(const BwdParams& p) {
+  const int H = p.hidden;
+  std::vector<float> wf, gf(H), xh(H), term(H);
+  load_weight<W>(p.w, H, wf);
+  for (int c = 0; c < p.chunks; ++c) {
+    float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
+    if (part != nullptr)
+      for (int i = 0; i < H; ++i) part[i] = 0.f;
+    const int64_t end = chunk_begin(c + 1, p.rows, p.chunks);
+    for (int64_t row = chunk_begin(c, p.rows, p.chunks); row < end; ++row) {
+      const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
+      const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+      const float rstd = p.rstd[row];
+      for (int i = 0; i < H; ++i) {
+        gf[i] = T::to_float(g[i]);
+        xh[i] = T::to_float(x[i]) * rstd;
+        term[i] = (gf[i] * wf[i]) * xh[i];
+      }
+      const float mean = lane_sum(term.data(), H) / static_cast<float>(H);
+      T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
+      const T* gr = p.gr != nullptr ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
+      for (int i = 0; i < H; ++i) {
+        float d = rstd * ((gf[i] * wf[i]) - mean * xh[i]);
+        if (gr != nullptr) d += T::to_float(gr[i]);
+        dx[i] = T::from_float(d);
+        if (part != nullptr) part[i] += gf[i] * xh[i];
+      }
+    }
+  }
+  if (p.dw == nullptr) return;
+  for (int i = 0; i < H; ++i) {
+    float s = 0.f, comp = 0.f;
+    for (int c = 0; c < p.chunks; ++c) {
+      const float v = p.partials[static_cast<int64_t>(c) * H + i];
+      const float t = s + v;
+      comp += std::fabs(s) >= std::fabs(v) ? (s - t) + v : (v - t) + s;
+      s = t;
+    }
+    p.dw[i] = s + comp;
+  }
+}
+
+}  // namespace cpu
+}  // namespace cake

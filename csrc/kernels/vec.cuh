@@ -1,0 +1,77 @@
+// 16-byte vectors of eight 16-bit activations and their FP32 views. Torch-free.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace cake {
+
+constexpr int kVec = 8;  // elements per 16-byte vector of a 16-bit type
+
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ float2 to_float2(type v) { return __bfloat1622float2(v); }
+  static __device__ __forceinline__ type from_floats(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
+};
+template <>
+struct Pair<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ float2 to_float2(type v) { return __half22float2(v); }
+  static __device__ __forceinline__ type from_floats(float a, float b) {
+    return __floats2half2_rn(a, b);
+  }
+};
+
+// Read-only loads go through the non-coherent path; stores are plain.
+__device__ __forceinline__ uint4 load16(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+
+template <typename T>
+__device__ __forceinline__ void unpack8(uint4 raw, float (&f)[kVec]) {
+  using P = Pair<T>;
+  const typename P::type* h = reinterpret_cast<const typename P::type*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 t = P::to_float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float (&f)[kVec]) {
+  using P = Pair<T>;
+  uint4 raw;
+  typename P::type* h = reinterpret_cast<typename P::type*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = P::from_floats(f[2 * i], f[2 * i + 1]);
+  return raw;
+}
+
+// Eight weights starting at element `col` as FP32: one 16-byte load of a 16-bit weight,
+// two of an FP32 weight.
+template <typename WT>
+struct WeightLoader {
+  static __device__ __forceinline__ void load(const void* w, int col, float (&f)[kVec]) {
+    unpack8<WT>(load16(static_cast<const WT*>(w) + col), f);
+  }
+};
+template <>
+struct WeightLoader<float> {
+  static __device__ __forceinline__ void load(const void* w, int col, float (&f)[kVec]) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w) + col);
+    float4 a = __ldg(p), b = __ldg(p + 1);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+  }
+};
+
+}  // namespace cake

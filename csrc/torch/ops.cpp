@@ -1,0 +1,37 @@
+// Op schemas and the CPU implementations. The functional ops allocate their outputs; the
+// _out ops write caller buffers ([rows, hidden] with a contiguous feature dimension) and
+// return nothing. Layout canonicalisation, N-D handling and user-facing errors live in Python.
+#include "ops_impl.h"
+
+namespace {
+
+struct CpuStream {
+  struct Ctx {
+    void* stream = nullptr;
+  };
+  static Ctx enter(const cake_torch::Tensor& x) {
+    STD_TORCH_CHECK(x.is_cpu(), "x must be a CPU tensor for the CPU kernel");
+    return Ctx{};
+  }
+};
+
+using CpuOps = cake_torch::Ops<CpuStream>;
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
+  m.def("fwd(Tensor x, Tensor w, float eps) -> (Tensor, Tensor)");
+  m.def("fwd_residual(Tensor x, Tensor residual, Tensor w, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("fwd_out(Tensor x, Tensor w, float eps, Tensor(a!) y, Tensor(b!) rstd) -> ()");
+  m.def(
+      "fwd_residual_out(Tensor x, Tensor residual, Tensor w, float eps, Tensor(a!) y, "
+      "Tensor(b!) rstd, Tensor(c!) h_new) -> ()");
+  m.def(
+      "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic) "
+      "-> (Tensor, Tensor)");
+  m.def(
+      "bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic, "
+      "Tensor(a!) dx, Tensor(b!) dw, Tensor(c!) workspace, int max_ctas=0) -> ()");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(cake_rmsnorm, CPU, m) { CAKE_REGISTER_IMPLS(m, CpuOps); }

@@ -1,0 +1,76 @@
+// The op bodies, shared by the CPU and CUDA registrations; StreamOf supplies the stream
+// (null on the CPU) and any device guard.
+#pragma once
+
+#include "op_common.h"
+
+namespace cake_torch {
+
+template <typename StreamOf>
+struct Ops {
+  static std::tuple<Tensor, Tensor> fwd(Tensor x, Tensor w, double eps) {
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    auto ctx = StreamOf::enter(x);
+    Tensor y = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
+    Tensor rstd = torch::stable::new_empty(x, {x.size(0)}, ScalarType::Float);
+    forward_into(x, std::nullopt, w, eps, y, rstd, std::nullopt, ctx.stream);
+    return {y, rstd};
+  }
+
+  static std::tuple<Tensor, Tensor, Tensor> fwd_residual(Tensor x, Tensor residual, Tensor w,
+                                                         double eps) {
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    auto ctx = StreamOf::enter(x);
+    Tensor y = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
+    Tensor h = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
+    Tensor rstd = torch::stable::new_empty(x, {x.size(0)}, ScalarType::Float);
+    forward_into(x, residual, w, eps, y, rstd, h, ctx.stream);
+    return {y, rstd, h};
+  }
+
+  static void fwd_out(Tensor x, Tensor w, double eps, Tensor y, Tensor rstd) {
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    auto ctx = StreamOf::enter(x);
+    forward_into(x, std::nullopt, w, eps, y, rstd, std::nullopt, ctx.stream);
+  }
+
+  static void fwd_residual_out(Tensor x, Tensor residual, Tensor w, double eps, Tensor y,
+                               Tensor rstd, Tensor h) {
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    auto ctx = StreamOf::enter(x);
+    forward_into(x, residual, w, eps, y, rstd, h, ctx.stream);
+  }
+
+  static std::tuple<Tensor, Tensor> bwd(Tensor g, Tensor x, Tensor w, Tensor rstd,
+                                        std::optional<Tensor> g_residual, bool deterministic) {
+    (void)deterministic;  // one path so far: the deterministic one serves both modes
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    auto ctx = StreamOf::enter(x);
+    Tensor dx = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
+    Tensor dw = torch::stable::new_empty(x, {x.size(1)}, ScalarType::Float);
+    const int64_t bytes =
+        static_cast<int64_t>(cake_rmsnorm_backward_workspace_bytes(x.size(0), x.size(1)));
+    Tensor ws = torch::stable::new_empty(x, {bytes > 0 ? bytes : 16}, ScalarType::Byte);
+    backward_into(g, x, w, rstd, g_residual, dx, dw, ws, 0, ctx.stream);
+    return {dx, dw};
+  }
+
+  static void bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
+                      bool deterministic, Tensor dx, Tensor dw, Tensor workspace, int64_t max_ctas) {
+    (void)deterministic;
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    STD_TORCH_CHECK(max_ctas >= 0, "max_ctas must be >= 0");
+    auto ctx = StreamOf::enter(x);
+    backward_into(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, ctx.stream);
+  }
+};
+
+}  // namespace cake_torch
+
+#define CAKE_REGISTER_IMPLS(m, OPS)                                   \
+  m.impl("fwd", TORCH_BOX(&OPS::fwd));                                \
+  m.impl("fwd_residual", TORCH_BOX(&OPS::fwd_residual));              \
+  m.impl("fwd_out", TORCH_BOX(&OPS::fwd_out));                        \
+  m.impl("fwd_residual_out", TORCH_BOX(&OPS::fwd_residual_out));      \
+  m.impl("bwd", TORCH_BOX(&OPS::bwd));                                \
+  m.impl("bwd_out", TORCH_BOX(&OPS::bwd_out))

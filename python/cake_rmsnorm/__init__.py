@@ -1,0 +1,120 @@
+"""cake-rmsnorm: fused RMSNorm training kernels (forward and backward) for PyTorch.
+
+    import cake_rmsnorm as cr
+    y, rstd = cr.cake_rmsnorm_train_forward(x, w, eps)
+    dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
+    y = cr.cake_rmsnorm(x, w, eps)          # autograd
+"""
+
+import os
+
+import torch
+
+from ._version import __version__
+from ._lib import built_archs, library_path, ops, windows as _windows
+from . import _registrations  # noqa: F401  (fakes and autograd of the ops)
+from .autograd import CakeRMSNormFunction, cake_rmsnorm
+from .functional import (
+    cake_rmsnorm_train_backward,
+    cake_rmsnorm_train_backward_workspace,
+    cake_rmsnorm_train_backward_workspace_bytes,
+    cake_rmsnorm_train_forward,
+    saturating_workspace_rows,
+)
+
+# The seeds' deterministic-package names: the default path is the deterministic one.
+cake_rmsnorm_det_train_forward = cake_rmsnorm_train_forward
+cake_rmsnorm_det_train_backward = cake_rmsnorm_train_backward
+cake_rmsnorm_det_train_backward_workspace_bytes = cake_rmsnorm_train_backward_workspace_bytes
+cake_rmsnorm_det_train_backward_workspace = cake_rmsnorm_train_backward_workspace
+cake_rmsnorm_det = cake_rmsnorm
+
+ROUTES = ("fwd", "fwd_residual", "bwd", "bwd_residual")
+
+
+def weight_dtypes(hidden: int, device=None) -> tuple:
+    """Weight dtypes served for ``hidden`` on ``device``: the activation's own dtype
+    (torch.bfloat16 or torch.float16) and torch.float32. Empty if the width is not served."""
+    if isinstance(hidden, bool) or not isinstance(hidden, int):
+        raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
+    if hidden <= 0 or hidden % 8:
+        return ()
+    return (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _device_sm(device) -> int:
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if dev.type != "cuda":
+        raise ValueError(f"program_windows needs a CUDA device or an explicit sm, got {dev}")
+    major, minor = torch.cuda.get_device_capability(dev)
+    return major * 10 + minor
+
+
+def program_windows(route: str = None, hidden: int = None, sm: int = None, device=None) -> dict:
+    """The token-count windows of the dispatch tables.
+
+    Parameters
+    ----------
+    route : str, optional
+        One of ``ROUTES``; all when omitted.
+    hidden : int
+        Hidden size (a multiple of 8).
+    sm : int, optional
+        Architecture as 90, 100, 103 or 107; taken from ``device`` (or the current CUDA
+        device) when omitted.
+
+    Returns
+    -------
+    dict
+        ``{route: [(above, at_most, program), ...]}``: the program serving
+        ``above < T <= at_most`` (``at_most`` None: unbounded).
+    """
+    if isinstance(hidden, bool) or not isinstance(hidden, int):
+        raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
+    if hidden <= 0 or hidden % 8:
+        raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
+    if sm is None:
+        sm = _device_sm(device if device is not None else torch.device("cuda"))
+    routes = ROUTES if route is None else (route,)
+    for r in routes:
+        if r not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {r!r}")
+    out = {r: _windows(r, hidden, sm) for r in routes}
+    if not any(out.values()):
+        raise ValueError(f"sm must be one of 90, 100, 103, 107, got {sm}")
+    return out
+
+
+def get_include() -> str:
+    """Directory holding the public C header ``cake_rmsnorm/cake_rmsnorm.h``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "include")
+    if os.path.isdir(packaged):
+        return packaged
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "csrc", "include")  # editable install
+
+
+def get_library_path() -> str:
+    """Path of the shared library exporting the C API (link against it from C/C++)."""
+    return library_path()
+
+
+__all__ = [
+    "__version__",
+    "cake_rmsnorm",
+    "CakeRMSNormFunction",
+    "cake_rmsnorm_train_forward",
+    "cake_rmsnorm_train_backward",
+    "cake_rmsnorm_train_backward_workspace_bytes",
+    "cake_rmsnorm_train_backward_workspace",
+    "cake_rmsnorm_det_train_forward",
+    "cake_rmsnorm_det_train_backward",
+    "cake_rmsnorm_det_train_backward_workspace_bytes",
+    "cake_rmsnorm_det_train_backward_workspace",
+    "weight_dtypes",
+    "program_windows",
+    "built_archs",
+    "get_include",
+    "get_library_path",
+    "ops",
+]

@@ -1,0 +1,169 @@
+"""Argument validation and layout canonicalisation for the public API.
+
+Every refusal is a TypeError (wrong kind or dtype) or ValueError (shape, device, layout,
+value) naming the argument and the rule, raised before anything is written.
+"""
+
+import math
+
+import torch
+
+ACT_DTYPES = (torch.bfloat16, torch.float16)
+_ALIGN = 16  # bytes: the kernels move 16-byte vectors
+
+
+def _fake(t: torch.Tensor) -> bool:
+    """True under tracing (fake or functional tensors), where data pointers do not exist."""
+    if torch.compiler.is_compiling():
+        return True
+    return type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter)
+
+
+def require_tensor(t, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def check_activation(x, name: str = "x") -> torch.Tensor:
+    require_tensor(x, name)
+    if x.dtype not in ACT_DTYPES:
+        raise TypeError(f"{name} must be torch.bfloat16 or torch.float16, got {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError(f"{name} must have at least one dimension [..., hidden], got a 0-d tensor")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be on a CPU or CUDA device, got {x.device}")
+    hidden = x.shape[-1]
+    if hidden <= 0 or hidden % 8 != 0:
+        raise ValueError(f"hidden size ({name}.shape[-1]) must be a positive multiple of 8, got {hidden}")
+    return x
+
+
+def check_like(t, x: torch.Tensor, name: str, x_name: str = "x") -> torch.Tensor:
+    require_tensor(t, name)
+    if t.dtype != x.dtype:
+        raise TypeError(f"{name} must have {x_name}'s dtype {x.dtype}, got {t.dtype}")
+    if t.shape != x.shape:
+        raise ValueError(f"{name} must have {x_name}'s shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    check_device(t, x, name)
+    return t
+
+
+def check_device(t: torch.Tensor, x: torch.Tensor, name: str) -> None:
+    if t.device != x.device:
+        raise ValueError(f"{name} must be on {x.device} like x, got {t.device}")
+
+
+def check_weight(w, x: torch.Tensor) -> torch.Tensor:
+    require_tensor(w, "w")
+    if w.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"w must be x's dtype {x.dtype} or torch.float32, got {w.dtype}")
+    if w.dim() != 1 or w.shape[0] != x.shape[-1]:
+        raise ValueError(f"w must be 1-D [hidden] = [{x.shape[-1]}], got shape {tuple(w.shape)}")
+    check_device(w, x, "w")
+    return w
+
+
+def check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    return eps
+
+
+def check_bool(v, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+    return v
+
+
+def check_rstd(rstd, x: torch.Tensor, name: str = "rstd") -> torch.Tensor:
+    require_tensor(rstd, name)
+    if rstd.dtype != torch.float32:
+        raise TypeError(f"{name} must be torch.float32, got {rstd.dtype}")
+    if tuple(rstd.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"{name} must have x's leading shape {tuple(x.shape[:-1])}, got {tuple(rstd.shape)}")
+    check_device(rstd, x, name)
+    return rstd
+
+
+def _collapsible(t: torch.Tensor) -> bool:
+    """Leading dims contiguous with one another in row-major order (size-1 dims free)."""
+    if t.numel() == 0:
+        return True
+    for i in range(t.dim() - 2):
+        if t.shape[i] != 1 and t.stride(i) != t.stride(i + 1) * t.shape[i + 1]:
+            return False
+    return True
+
+
+def _aligned_rows(t: torch.Tensor) -> bool:
+    """A [rows, hidden] view the kernels read and write in place."""
+    es = t.element_size()
+    rows, hidden = t.shape
+    if hidden > 1 and t.stride(1) != 1:
+        return False
+    if rows > 1 and (t.stride(0) < hidden or (t.stride(0) * es) % _ALIGN):
+        return False
+    if (t.storage_offset() * es) % _ALIGN:
+        return False
+    if not _fake(t) and t.data_ptr() % _ALIGN:
+        return False
+    return True
+
+
+def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
+    """[..., hidden] -> a [rows, hidden] tensor the kernels accept: a view when the layout
+    allows, else a one-time contiguous copy (2-D inputs only; N-D layouts must collapse)."""
+    hidden = t.shape[-1]
+    if t.dim() > 2:
+        if (hidden > 1 and t.stride(-1) != 1) or not _collapsible(t):
+            raise ValueError(
+                f"{name} of shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be viewed as "
+                f"[rows, hidden]: an N-D input needs a contiguous last dimension and leading "
+                f"dimensions contiguous with one another (stride(i) == stride(i+1) * size(i+1))"
+            )
+    t2 = t.reshape(-1, hidden)
+    return t2 if _aligned_rows(t2) else t2.contiguous()
+
+
+def writable_rows(out: torch.Tensor):
+    """The [rows, hidden] view of a caller output the kernels can write directly, or None."""
+    if out.dim() > 2 and ((out.shape[-1] > 1 and out.stride(-1) != 1) or not _collapsible(out)):
+        return None
+    if out.dim() == 1:
+        out2 = out.view(1, -1) if out.is_contiguous() else None
+    else:
+        try:
+            out2 = out.view(-1, out.shape[-1])
+        except RuntimeError:
+            return None
+    if out2 is None or not _aligned_rows(out2):
+        return None
+    return out2
+
+
+def _byte_range(t: torch.Tensor):
+    if t.numel() == 0:
+        return None
+    es = t.element_size()
+    span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
+    start = t.untyped_storage().data_ptr() + t.storage_offset() * es
+    return start, start + span * es
+
+
+def check_no_overlap(outputs: dict, inputs: dict) -> None:
+    """Outputs may not overlap one another or any input (the kernels stream rows)."""
+    if any(_fake(t) for t in list(outputs.values()) + list(inputs.values()) if t is not None):
+        return
+    ranges = {n: _byte_range(t) for n, t in list(outputs.items()) + list(inputs.items()) if t is not None}
+    out_names = [n for n, t in outputs.items() if t is not None]
+    for i, a in enumerate(out_names):
+        for b in list(ranges):
+            if b == a or (b in out_names and out_names.index(b) < i):
+                continue
+            ra, rb = ranges[a], ranges[b]
+            if ra and rb and ra[0] < rb[1] and rb[0] < ra[1]:
+                raise ValueError(f"{a} overlaps {b} in memory; outputs must not alias other outputs or inputs")

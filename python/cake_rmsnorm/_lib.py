@@ -1,0 +1,68 @@
+"""Loads the compiled library once: the torch ops (torch.ops.cake_rmsnorm) and its C API
+through ctypes (window tables, workspace sizing, built architectures)."""
+
+import ctypes
+import glob
+import os
+
+import torch
+
+_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def library_path() -> str:
+    """Path of the compiled library (``_C*.so``) that holds the ops and the C API."""
+    found = sorted(glob.glob(os.path.join(_DIR, "_C*.so")) + glob.glob(os.path.join(_DIR, "_C*.pyd")))
+    if not found:
+        raise ImportError(
+            "cake_rmsnorm: the compiled library _C is missing; install the package "
+            "(pip install --no-build-isolation .) rather than importing the source tree"
+        )
+    return found[0]
+
+
+torch.ops.load_library(library_path())
+ops = torch.ops.cake_rmsnorm
+_c = ctypes.CDLL(library_path())
+
+
+class _Window(ctypes.Structure):
+    _fields_ = [("above", ctypes.c_int64), ("at_most", ctypes.c_int64), ("program", ctypes.c_char * 48)]
+
+
+_c.cake_rmsnorm_backward_workspace_bytes.restype = ctypes.c_size_t
+_c.cake_rmsnorm_backward_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
+_c.cake_rmsnorm_backward_chunks.restype = ctypes.c_int64
+_c.cake_rmsnorm_backward_chunks.argtypes = [ctypes.c_int64]
+_c.cake_rmsnorm_backward_saturating_rows.restype = ctypes.c_int64
+_c.cake_rmsnorm_built_archs.restype = ctypes.c_uint
+_c.cake_rmsnorm_program_windows.restype = ctypes.c_int
+_c.cake_rmsnorm_program_windows.argtypes = [
+    ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
+
+ARCH_BITS = {90: 0, 100: 1, 103: 2, 107: 3}
+
+
+def workspace_bytes(rows: int, hidden: int) -> int:
+    return int(_c.cake_rmsnorm_backward_workspace_bytes(rows, hidden))
+
+
+def backward_chunks(rows: int) -> int:
+    return int(_c.cake_rmsnorm_backward_chunks(rows))
+
+
+def saturating_rows() -> int:
+    return int(_c.cake_rmsnorm_backward_saturating_rows())
+
+
+def built_archs() -> tuple:
+    mask = int(_c.cake_rmsnorm_built_archs())
+    return tuple(sm for sm, bit in ARCH_BITS.items() if mask & (1 << bit))
+
+
+def windows(route: str, hidden: int, sm: int) -> list:
+    buf = (_Window * 16)()
+    n = _c.cake_rmsnorm_program_windows(route.encode(), hidden, sm, buf, 16)
+    if n < 0:
+        return []
+    return [(w.above, None if w.at_most < 0 else w.at_most, w.program.decode()) for w in buf[:n]]

@@ -1,0 +1,279 @@
+"""The training RMSNorm entry points: forward, backward and the backward workspace."""
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _checks as C
+from ._lib import ops, saturating_rows, workspace_bytes
+
+__all__ = [
+    "cake_rmsnorm_train_forward",
+    "cake_rmsnorm_train_backward",
+    "cake_rmsnorm_train_backward_workspace_bytes",
+    "cake_rmsnorm_train_backward_workspace",
+]
+
+
+def _device(device) -> torch.device:
+    if isinstance(device, (str, int)):
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, str or int, got {type(device).__name__}")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be a CPU or CUDA device, got {device}")
+    return device
+
+
+def _check_rows_hidden(rows, hidden):
+    for name, v in (("rows", rows), ("hidden", hidden)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows}")
+    if hidden <= 0 or hidden % 8:
+        raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
+
+
+def cake_rmsnorm_train_backward_workspace_bytes(rows: int, hidden: int, device=None) -> int:
+    """Bytes of the caller-owned backward workspace for ``rows`` rows of width ``hidden``.
+
+    Parameters
+    ----------
+    rows : int
+        Largest token count (rows after collapsing leading dims) the workspace will serve.
+    hidden : int
+        Hidden size, a positive multiple of 8.
+    device : torch.device, str or int, optional
+        The device the workspace will live on (the size is the same on every device).
+
+    Returns
+    -------
+    int
+        ``chunks(rows) * hidden * 4``: one FP32 dw partial per row chunk. The chunk count is a
+        function of ``rows`` alone, nondecreasing and capped, so a workspace sized for the
+        largest T of a run serves every smaller T, and one sized for
+        ``rows >= saturating_rows()`` (512) serves every T.
+    """
+    _check_rows_hidden(rows, hidden)
+    if device is not None:
+        _device(device)
+    return workspace_bytes(rows, hidden)
+
+
+def cake_rmsnorm_train_backward_workspace(rows: int, hidden: int, device=None) -> torch.Tensor:
+    """Allocate a zero-initialised uint8 backward workspace of
+    :func:`cake_rmsnorm_train_backward_workspace_bytes` bytes (at least 16) on ``device``.
+
+    The contents need not be preserved between calls: every backward overwrites what it reads.
+    """
+    n = cake_rmsnorm_train_backward_workspace_bytes(rows, hidden, device)
+    dev = _device(device) if device is not None else torch.device("cpu")
+    return torch.zeros(max(n, 16), dtype=torch.uint8, device=dev)
+
+
+def _deliver(result: torch.Tensor, out: Optional[torch.Tensor], direct: Optional[torch.Tensor]):
+    """Return the caller's buffer (copying the result in when it was not written directly)."""
+    if out is None:
+        return result
+    if direct is None:
+        out.copy_(result.view(out.shape))
+    return out
+
+
+def _check_out(out, ref: torch.Tensor, shape, dtype, name):
+    C.require_tensor(out, name)
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {out.dtype}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    C.check_device(out, ref, name)
+
+
+def cake_rmsnorm_train_forward(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    *,
+    residual: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    rstd: Optional[torch.Tensor] = None,
+    residual_out: Optional[torch.Tensor] = None,
+) -> Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Fused RMSNorm forward with FP32 statistics.
+
+    ``rstd = 1 / sqrt(mean(h^2) + eps)`` and ``y = cast(h * rstd * w)``, where ``h = x``, or,
+    with ``residual``, ``h = h_new = cast(x + residual)`` (returned). Statistics are FP32
+    with IEEE division and square root.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        BF16 or FP16 ``[..., H]``, H a positive multiple of 8, on CPU or CUDA. 2-D row-strided
+        views with a contiguous feature dim and 16-byte aligned base and row stride are read in
+        place; other 2-D layouts are copied once. N-D inputs need a contiguous feature dim and
+        leading dims contiguous with one another (e.g. a ``[T, heads, 256]`` slice of a wider
+        buffer), else ``ValueError``.
+    w : torch.Tensor
+        ``[H]`` weight of x's dtype, or FP32 (the effective ``1 + w`` of a zero-centred model).
+    eps : float
+        Variance epsilon, finite and >= 0.
+    residual : torch.Tensor, optional
+        Update of x's shape and dtype added to x before normalisation.
+    out, rstd, residual_out : torch.Tensor, optional
+        Preallocated outputs (keyword-only): y of x's shape and dtype, FP32 rstd of x's leading
+        shape, and h_new of x's shape (with ``residual`` only). Any layout: dense aligned
+        buffers are written directly, others receive a copy. Outputs may not overlap each
+        other or the inputs.
+
+    Returns
+    -------
+    (y, rstd) or (y, rstd, h_new) when ``residual`` is given.
+
+    Notes
+    -----
+    T = 0 returns empty outputs. Within one token-count window a row's y and rstd do not depend
+    on T (``program_windows``).
+    """
+    C.check_activation(x)
+    C.check_weight(w, x)
+    eps = C.check_eps(eps)
+    if residual is not None:
+        C.check_like(residual, x, "residual")
+    elif residual_out is not None:
+        raise ValueError("residual_out is only produced with residual")
+    lead = x.shape[:-1]
+    if out is not None:
+        _check_out(out, x, x.shape, x.dtype, "out")
+    if rstd is not None:
+        _check_out(rstd, x, lead, torch.float32, "rstd")
+    if residual_out is not None:
+        _check_out(residual_out, x, x.shape, x.dtype, "residual_out")
+    C.check_no_overlap({"out": out, "rstd": rstd, "residual_out": residual_out},
+                       {"x": x, "w": w, "residual": residual})
+
+    x2 = C.as_rows(x, "x")
+    r2 = C.as_rows(residual, "residual") if residual is not None else None
+    w1 = w if w.is_contiguous() else w.contiguous()
+    if out is None and rstd is None and residual_out is None:
+        if r2 is None:
+            y2, s = ops.fwd(x2, w1, eps)
+            return y2.view(x.shape), s.view(lead)
+        y2, s, h2 = ops.fwd_residual(x2, r2, w1, eps)
+        return y2.view(x.shape), s.view(lead), h2.view(x.shape)
+
+    y_d = C.writable_rows(out) if out is not None else None
+    s_d = rstd.view(-1) if rstd is not None and rstd.is_contiguous() else None
+    h_d = C.writable_rows(residual_out) if residual_out is not None else None
+    y2 = y_d if y_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
+    s1 = s_d if s_d is not None else x2.new_empty(x2.shape[:1], dtype=torch.float32)
+    if r2 is None:
+        ops.fwd_out(x2, w1, eps, y2, s1)
+    else:
+        h2 = h_d if h_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
+        ops.fwd_residual_out(x2, r2, w1, eps, y2, s1, h2)
+    y = _deliver(y2.view(x.shape), out, y_d)
+    s = _deliver(s1.view(lead), rstd, s_d)
+    if r2 is None:
+        return y, s
+    return y, s, _deliver(h2.view(x.shape), residual_out, h_d)
+
+
+def cake_rmsnorm_train_backward(
+    g: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    rstd: torch.Tensor,
+    *,
+    g_residual: Optional[torch.Tensor] = None,
+    deterministic: bool = True,
+    workspace: Optional[torch.Tensor] = None,
+    dx: Optional[torch.Tensor] = None,
+    dw: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Fused RMSNorm backward: dx of x's dtype and the FP32 weight gradient dw.
+
+    With ``xhat = x * rstd``: ``dx = rstd * (g*w - mean(g*w*xhat) * xhat)`` (plus
+    ``g_residual`` when given) and ``dw = sum over rows of g * xhat``, all in FP32.
+
+    Parameters
+    ----------
+    g : torch.Tensor
+        Gradient of y, x's shape and dtype.
+    x : torch.Tensor
+        The normalised input of the forward: x, or h_new of the residual route.
+    w : torch.Tensor
+        The forward's weight ([H], x's dtype or FP32).
+    rstd : torch.Tensor
+        The forward's FP32 rstd, x's leading shape.
+    g_residual : torch.Tensor, optional
+        Gradient flowing into h_new from the residual stream; added into dx, so the returned
+        dx_total is the gradient of both inputs of the residual add.
+    deterministic : bool
+        True (default): dw is bitwise identical across calls for a given T, on any GPU (the
+        reduction tree is a function of T alone). False may use a faster dw with the same
+        accuracy; it currently runs the deterministic path.
+    workspace : torch.Tensor, optional
+        Caller-owned buffer of at least :func:`cake_rmsnorm_train_backward_workspace_bytes`
+        bytes on x's device, contiguous and 16-byte aligned. With it no memory is allocated
+        (dx and dw given too), so the call can be captured in a CUDA graph.
+    dx, dw : torch.Tensor, optional
+        Preallocated outputs (dx of x's shape and dtype, FP32 dw [H]); any layout.
+
+    Returns
+    -------
+    (dx, dw)
+    """
+    C.check_activation(x)
+    C.check_like(g, x, "g")
+    C.check_weight(w, x)
+    C.check_rstd(rstd, x)
+    C.check_bool(deterministic, "deterministic")
+    if g_residual is not None:
+        C.check_like(g_residual, x, "g_residual")
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden
+    if dx is not None:
+        _check_out(dx, x, x.shape, x.dtype, "dx")
+    if dw is not None:
+        _check_out(dw, x, (hidden,), torch.float32, "dw")
+    if workspace is not None:
+        C.require_tensor(workspace, "workspace")
+        C.check_device(workspace, x, "workspace")
+        need = workspace_bytes(rows, hidden)
+        have = workspace.numel() * workspace.element_size()
+        if have < need:
+            raise ValueError(
+                f"workspace too small: {rows} rows of hidden {hidden} need {need} bytes, got {have} "
+                f"(cake_rmsnorm_train_backward_workspace_bytes)")
+        if not workspace.is_contiguous():
+            raise ValueError("workspace must be contiguous")
+        if not C._fake(workspace) and workspace.data_ptr() % 16:
+            raise ValueError("workspace must be 16-byte aligned")
+    C.check_no_overlap({"dx": dx, "dw": dw, "workspace": workspace},
+                       {"g": g, "x": x, "w": w, "rstd": rstd, "g_residual": g_residual})
+
+    g2 = C.as_rows(g, "g")
+    x2 = C.as_rows(x, "x")
+    gr2 = C.as_rows(g_residual, "g_residual") if g_residual is not None else None
+    w1 = w if w.is_contiguous() else w.contiguous()
+    s1 = rstd.reshape(-1)
+    s1 = s1 if s1.is_contiguous() else s1.contiguous()
+    if dx is None and dw is None and workspace is None:
+        dx2, dw1 = ops.bwd(g2, x2, w1, s1, gr2, deterministic)
+        return dx2.view(x.shape), dw1
+
+    dx_d = C.writable_rows(dx) if dx is not None else None
+    dw_d = dw if dw is not None and dw.is_contiguous() and (C._fake(dw) or dw.data_ptr() % 16 == 0) else None
+    dx2 = dx_d if dx_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
+    dw1 = dw_d if dw_d is not None else x2.new_empty((hidden,), dtype=torch.float32)
+    ws = workspace
+    if ws is None:
+        ws = x2.new_empty((max(workspace_bytes(rows, hidden), 16),), dtype=torch.uint8)
+    ops.bwd_out(g2, x2, w1, s1, gr2, deterministic, dx2, dw1, ws)
+    return _deliver(dx2.view(x.shape), dx, dx_d), _deliver(dw1, dw, dw_d)
+
+
+def saturating_workspace_rows() -> int:
+    """Token count from which the backward workspace size stops growing."""
+    return saturating_rows()

@@ -1,0 +1,153 @@
+"""Builds cake_rmsnorm._C ahead of time: one library with the C API, the torch ops (LibTorch
+stable ABI) and, when nvcc is found, fatbins for every shipped architecture.
+
+Knobs (environment):
+  CAKE_CUDA_ARCHS   semicolon list of archs to build, default "90a;100a;103a;107a"
+                    (an arch the installed nvcc does not list is skipped, and the log says so)
+  CAKE_FORCE_CPU=1  build the CPU-only library even when nvcc exists
+  MAX_JOBS          parallel compiler jobs (torch's ninja build honours it)
+  NVCC_THREADS      nvcc --threads per job (default 1)
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).parent.resolve()
+DEFAULT_ARCHS = "90a;100a;103a;107a"
+ARCH_BITS = {"90a": 0, "100a": 1, "103a": 2, "107a": 3}
+# Stable-ABI level the sources compile against: the oldest torch the library runs on.
+TORCH_TARGET_VERSION = "0x020a000000000000"  # 2.10
+
+
+def log(msg):
+    print(f"[cake-rmsnorm build] {msg}", file=sys.stderr, flush=True)
+
+
+def read_version():
+    text = (ROOT / "python" / "cake_rmsnorm" / "_version.py").read_text()
+    return re.search(r'__version__ = "([^"]+)"', text).group(1)
+
+
+def find_nvcc():
+    if os.environ.get("CAKE_FORCE_CPU") == "1":
+        return None
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return nvcc
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda/bin/nvcc"
+    return None
+
+
+def nvcc_info(nvcc):
+    listed = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+)\.(\d+)", version)
+    return set(listed), (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def cuda_archs(nvcc):
+    listed, version = nvcc_info(nvcc)
+    wanted = [a.strip() for a in os.environ.get("CAKE_CUDA_ARCHS", DEFAULT_ARCHS).split(";") if a.strip()]
+    archs = []
+    for arch in wanted:
+        if arch not in ARCH_BITS:
+            raise SystemExit(f"CAKE_CUDA_ARCHS: unknown arch {arch!r}; choose from {sorted(ARCH_BITS)}")
+        if f"compute_{arch.rstrip('a')}" not in listed:
+            log(f"sm_{arch} skipped: nvcc {version[0]}.{version[1]} does not list compute_{arch.rstrip('a')}")
+            continue
+        archs.append(arch)
+    return archs, version
+
+
+def make_extension():
+    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+
+    cxx = [
+        "-O3",
+        "-fvisibility=hidden",
+        "-ffp-contract=off",  # the CPU path rounds every product: same bits on every host
+        f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
+    ]
+    include_dirs = [str(ROOT / "csrc" / "include")]
+    sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
+    sources.append("csrc/torch/ops.cpp")
+
+    nvcc = find_nvcc()
+    archs, version = cuda_archs(nvcc) if nvcc else ([], (0, 0))
+    if not archs:
+        log("no nvcc (or no buildable arch): building the CPU-only library" if not nvcc
+            else "no CUDA arch left to build: building the CPU-only library")
+        return CppExtension(
+            "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
+            extra_compile_args={"cxx": cxx + ["-DCAKE_WITH_CUDA=0"]},
+        ), None
+
+    os.environ.setdefault("CUDA_HOME", str(Path(nvcc).resolve().parent.parent))
+    mask = sum(1 << ARCH_BITS[a] for a in archs)
+    log(f"building CUDA for {', '.join('sm_' + a for a in archs)} with nvcc {version[0]}.{version[1]}")
+    gencode = []
+    for a in archs:
+        gencode += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    nvcc_flags = [
+        "-O3",
+        "-DCAKE_WITH_CUDA=1",
+        "--threads", os.environ.get("NVCC_THREADS", "1"),
+        "-Xcompiler", "-fvisibility=hidden",
+        # IEEE division and square root, no flush-to-zero: the numerics contract.
+        "--prec-div=true", "--prec-sqrt=true", "--ftz=false",
+    ] + gencode
+    sources += ["csrc/torch/ops_cuda.cpp"]
+    sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cu"))]
+    ext = CUDAExtension(
+        "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
+        extra_compile_args={
+            "cxx": cxx + ["-DCAKE_WITH_CUDA=1", f"-DCAKE_BUILT_ARCH_MASK={mask}u"],
+            "nvcc": nvcc_flags,
+        },
+    )
+    return ext, version
+
+
+class BuildPyWithHeaders(build_py):
+    """Ships the public C headers inside the package (cake_rmsnorm.get_include())."""
+
+    def run(self):
+        super().run()
+        dst = Path(self.build_lib) / "cake_rmsnorm" / "include" / "cake_rmsnorm"
+        dst.mkdir(parents=True, exist_ok=True)
+        for header in (ROOT / "csrc" / "include" / "cake_rmsnorm").glob("*.h"):
+            shutil.copy2(header, dst / header.name)
+
+
+def main():
+    from torch.utils.cpp_extension import BuildExtension
+
+    ext, cuda_version = make_extension()
+    local = f"cu{cuda_version[0]}{cuda_version[1]}" if cuda_version else "cpu"
+    setup(
+        name="cake-rmsnorm",
+        version=f"{read_version()}+{local}",
+        package_dir={"": "python"},
+        packages=find_packages("python"),
+        ext_modules=[ext],
+        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithHeaders},
+        options={"bdist_wheel": {"py_limited_api": "cp39"}},
+        python_requires=">=3.9",
+        install_requires=["torch>=2.10"],
+        zip_safe=False,
+    )
+
+
+if __name__ == "__main__":
+    main()
