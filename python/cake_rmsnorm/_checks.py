@@ -107,11 +107,10 @@ def _aligned_rows(t: torch.Tensor) -> bool:
         return False
     if rows > 1 and (t.stride(0) < hidden or (t.stride(0) * es) % _ALIGN):
         return False
-    if (t.storage_offset() * es) % _ALIGN:
-        return False
-    if not _fake(t) and t.data_ptr() % _ALIGN:
-        return False
-    return True
+    if _fake(t):
+        # Traced: offsets are not visible here; the op realigns a misaligned tensor itself.
+        return True
+    return (t.storage_offset() * es) % _ALIGN == 0 and t.data_ptr() % _ALIGN == 0
 
 
 def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:

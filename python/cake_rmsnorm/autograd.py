@@ -23,7 +23,6 @@ class CakeRMSNormFunction(torch.autograd.Function):
         if residual is None:
             y, rstd = cake_rmsnorm_train_forward(x, w, eps)
             ctx.save_for_backward(x, w, rstd)
-            ctx.mark_non_differentiable(rstd)
             ctx.has_residual = False
             ctx.deterministic = deterministic
             return y

@@ -1,0 +1,150 @@
+"""The implementations a benchmark compares: ours and every importable peer.
+
+Each maker returns callables for the three ops on one shape: `fwd()`, `bwd()` (backward only,
+from tensors saved by one forward) and `step()` (forward + backward). Peers that are not
+importable are reported with the reason.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import cake_rmsnorm as cr
+
+
+class Case:
+    """Inputs of one shape: x [rows, H] (or a [T, heads, 256] view), w, grads, eps."""
+
+    def __init__(self, T, H, residual=False, per_head=0, wdtype=torch.bfloat16, dtype=torch.bfloat16,
+                 device="cuda", seed=0):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        shape = (T, per_head, H) if per_head else (T, H)
+        mk = lambda: torch.randn(shape, generator=g).to(dtype).to(device)  # noqa: E731
+        self.T, self.H, self.residual, self.per_head = T, H, residual, per_head
+        self.eps = 1e-6
+        self.x = mk()
+        self.r = mk() if residual else None
+        self.gy = mk()
+        self.w = (1 + 0.1 * torch.randn(H, generator=g)).to(wdtype).to(device)
+
+    @property
+    def rows(self):
+        return self.x.numel() // self.H
+
+
+def _autograd_ops(case, forward):
+    """fwd/bwd/step callables for an implementation differentiated by autograd."""
+    x = case.x.detach().clone().requires_grad_()
+    w = case.w.detach().clone().requires_grad_()
+    r = case.r.detach().clone().requires_grad_() if case.residual else None
+    inputs = (x, w) if r is None else (x, r, w)
+
+    def fwd():
+        with torch.no_grad():
+            return forward(x, w, r)
+
+    saved = forward(x, w, r)  # one forward whose graph the backward replays
+
+    def bwd():
+        return torch.autograd.grad(saved, inputs, case.gy, retain_graph=True)
+
+    def step():
+        y = forward(x, w, r)
+        return torch.autograd.grad(y, inputs, case.gy)
+
+    return {"fwd": fwd, "bwd": bwd, "step": step}
+
+
+def make_cake(case, deterministic=True):
+    x, w, eps = case.x, case.w, case.eps
+    ws = cr.cake_rmsnorm_train_backward_workspace(case.rows, case.H, x.device)
+    if case.residual:
+        y, rstd, h = cr.cake_rmsnorm_train_forward(x, w, eps, residual=case.r)
+    else:
+        y, rstd = cr.cake_rmsnorm_train_forward(x, w, eps)
+        h = x
+    dx, dw = torch.empty_like(x), torch.empty(case.H, device=x.device)
+    gres = case.gy if case.residual else None
+
+    def fwd():
+        if case.residual:
+            return cr.cake_rmsnorm_train_forward(x, w, eps, residual=case.r)
+        return cr.cake_rmsnorm_train_forward(x, w, eps)
+
+    def bwd():
+        return cr.cake_rmsnorm_train_backward(case.gy, h, w, rstd, g_residual=gres, workspace=ws, dx=dx, dw=dw,
+                                              deterministic=deterministic)
+
+    def step():
+        out = fwd()
+        return cr.cake_rmsnorm_train_backward(case.gy, out[2] if case.residual else x, w, out[1], g_residual=gres,
+                                              workspace=ws, dx=dx, dw=dw, deterministic=deterministic)
+
+    return {"fwd": fwd, "bwd": bwd, "step": step}
+
+
+def _add(x, r):
+    return x if r is None else x + r
+
+
+def make_torch_fused(case):
+    shape = (case.H,)
+    return _autograd_ops(case, lambda x, w, r: F.rms_norm(_add(x, r), shape, w, case.eps))
+
+
+def _eager_formula(x, w, r, eps):
+    h = _add(x, r)
+    hf = h.float()
+    y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+    return y if r is None else (y, h)
+
+
+def make_torch_compile(case):
+    torch._dynamo.config.recompile_limit = 1024
+    fn = torch.compile(lambda x, w, r: _eager_formula(x, w, r, case.eps), dynamic=False)
+    return _autograd_ops(case, fn)
+
+
+def make_liger(case):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    def forward(x, w, r):
+        return LigerRMSNormFunction.apply(_add(x, r), w, case.eps, 0.0, "llama", False)
+
+    return _autograd_ops(case, forward)
+
+
+def make_quack(case):
+    from quack.rmsnorm import rmsnorm
+
+    def forward(x, w, r):
+        if r is None:
+            return rmsnorm(x, w, eps=case.eps)
+        return rmsnorm(x, w, residual=r, eps=case.eps)
+
+    return _autograd_ops(case, forward)
+
+
+PEERS = {
+    "F": ("F.rms_norm", make_torch_fused),
+    "tc": ("torch.compile", make_torch_compile),
+    "lg": ("Liger", make_liger),
+    "qk": ("Quack", make_quack),
+}
+
+
+def available_peers(names):
+    """{key: maker} for the importable peers; {key: reason} for the rest."""
+    ok, missing = {}, {}
+    for key in names:
+        label, maker = PEERS[key]
+        try:
+            if key == "lg":
+                import liger_kernel.ops.rms_norm  # noqa: F401
+            elif key == "qk":
+                import quack.rmsnorm  # noqa: F401
+            elif key == "tc":
+                import triton  # noqa: F401
+            ok[key] = maker
+        except Exception as e:  # any import failure means the peer is skipped, and said so
+            missing[key] = f"{label} not importable ({type(e).__name__}: {e})"
+    return ok, missing

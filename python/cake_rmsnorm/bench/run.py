@@ -1,0 +1,204 @@
+"""Benchmark driver: shapes x ops x implementations -> JSON, a markdown table and a plot."""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+import cake_rmsnorm as cr
+
+from .peers import PEERS, Case, available_peers, make_cake
+from .timing import capture, measure
+
+H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
+T_DEFAULT = [256, 1024, 4096, 16384, 65536]
+COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (read + written bytes)
+
+
+def logical_bytes(op, T, H, residual):
+    fwd = 4 * T * H + 4 * T + 2 * H + (4 * T * H if residual else 0)
+    bwd = 6 * T * H + 4 * T + 6 * H + (2 * T * H if residual else 0)
+    return {"fwd": fwd, "bwd": bwd, "step": fwd + bwd}[op]
+
+
+def _progress(i, n, label):
+    width = 30
+    done = int(width * i / max(n, 1))
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label:<40}")
+    sys.stderr.flush()
+    if i == n:
+        sys.stderr.write("\n")
+
+
+def shapes(args):
+    out = []
+    for H in args.hidden:
+        for T in args.tokens:
+            out.append(dict(H=H, T=T, residual=False, per_head=0))
+    if args.residual:
+        for T in args.tokens:
+            out.append(dict(H=6144, T=T, residual=True, per_head=0))
+    if args.per_head:
+        for T in [t for t in args.tokens if t >= 1024]:
+            out.append(dict(H=256, T=T, residual=False, per_head=24))
+    return out
+
+
+def run_gpu(args):
+    peers, missing = available_peers(args.peers)
+    for reason in missing.values():
+        print(f"skipped peer: {reason}", file=sys.stderr)
+    rows = []
+    todo = [(s, op) for s in shapes(args) for op in args.ops]
+    for i, (s, op) in enumerate(todo):
+        _progress(i, len(todo), f"{op} H={s['H']} T={s['T']}{' res' if s['residual'] else ''}")
+        wdtype = torch.float32 if args.weight == "fp32" else torch.bfloat16
+        case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype)
+        impls = {"cake": make_cake(case, deterministic=args.mode == "det")}
+        for key, maker in peers.items():
+            try:
+                impls[key] = maker(case)
+            except Exception as e:  # a peer that cannot run this shape is left out of the row
+                print(f"\npeer {key} failed on {s}: {type(e).__name__}: {e}", file=sys.stderr)
+        graphs = {}
+        for key, ops in impls.items():
+            try:
+                graphs[key] = capture(ops[op])
+            except Exception as e:
+                print(f"\n{key} could not be captured for {op} {s}: {type(e).__name__}: {e}", file=sys.stderr)
+        res = measure(graphs, args.replays)
+        rows_eff = case.rows
+        nbytes = logical_bytes(op, rows_eff, s["H"], s["residual"])
+        row = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": args.weight,
+               "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes,
+               "us": {k: round(v[0], 3) for k, v in res.items()},
+               "event_us": {k: round(v[1], 3) for k, v in res.items()}}
+        rows.append(row)
+        del graphs, impls, case
+        torch.cuda.empty_cache()
+    _progress(len(todo), len(todo), "done")
+    return rows, missing
+
+
+def run_cpu(args):
+    """No GPU: time our CPU path on small shapes (wall clock), as a smoke run."""
+    print("no CUDA device: timing the CPU path on small shapes (wall clock, not the GPU protocol)",
+          file=sys.stderr)
+    rows = []
+    todo = [(H, T) for H in (512, 2048) for T in (16, 256)]
+    for i, (H, T) in enumerate(todo):
+        _progress(i, len(todo), f"cpu H={H} T={T}")
+        case = Case(T, H, device="cpu")
+        ops = make_cake(case)
+        for op in args.ops:
+            ops[op]()
+            t0 = time.perf_counter()
+            n = 5
+            for _ in range(n):
+                ops[op]()
+            us = (time.perf_counter() - t0) / n * 1e6
+            rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": "bf16", "per_head": 0,
+                         "mode": "det", "bytes": logical_bytes(op, T, H, False), "us": {"cake": round(us, 1)}})
+    _progress(len(todo), len(todo), "done")
+    return rows, {}
+
+
+def best_peer(us):
+    peers = {k: v for k, v in us.items() if k != "cake"}
+    if not peers:
+        return None, None
+    k = min(peers, key=peers.get)
+    return k, peers[k]
+
+
+def markdown(rows, title):
+    lines = [f"## {title}", "",
+             "| op | H | T | route | cake us | cake GB/s | % ceiling | best peer | peer us | speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        us = r["us"]["cake"]
+        gbs = r["bytes"] / us / 1e3
+        k, pu = best_peer(r["us"])
+        route = "residual" if r["residual"] else (f"per-head x{r['per_head']}" if r["per_head"] else "plain")
+        peer = f"{k} | {pu:.1f} | {pu / us:.2f}x" if k else "- | - | -"
+        lines.append(f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | "
+                     f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | {peer} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not importable: no plot", file=sys.stderr)
+        return
+    ops = sorted({r["op"] for r in rows})
+    hs = sorted({(r["H"], r["residual"], r["per_head"]) for r in rows})
+    fig, axes = plt.subplots(len(ops), len(hs), figsize=(3.2 * len(hs), 2.8 * len(ops)), squeeze=False)
+    for i, op in enumerate(ops):
+        for j, key in enumerate(hs):
+            ax = axes[i][j]
+            sel = sorted((r for r in rows if r["op"] == op and (r["H"], r["residual"], r["per_head"]) == key),
+                         key=lambda r: r["T"])
+            impls = sorted({k for r in sel for k in r["us"]})
+            for k in impls:
+                pts = [(r["T"], r["bytes"] / r["us"][k] / 1e3) for r in sel if k in r["us"]]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k,
+                        linewidth=2.5 if k == "cake" else 1)
+            ax.axhline(COPY_TBPS * 1e3, color="k", linestyle="--", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            name = f"H={key[0]}" + (" res" if key[1] else "") + (f" x{key[2]} heads" if key[2] else "")
+            ax.set_title(f"{op} {name}", fontsize=9)
+            ax.set_ylim(0, COPY_TBPS * 1e3 * 1.1)
+            if j == 0:
+                ax.set_ylabel("GB/s")
+            if i == len(ops) - 1:
+                ax.set_xlabel("T")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m cake_rmsnorm bench", description=__doc__)
+    p.add_argument("--ops", default="fwd,bwd,step", type=lambda s: s.split(","))
+    p.add_argument("--hidden", default=H_DEFAULT, type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--tokens", default=T_DEFAULT, type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--residual", action="store_true", help="add the residual route at H 6144")
+    p.add_argument("--per-head", action="store_true", help="add the [T, 24, 256] per-head view")
+    p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
+    p.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--mode", default="det", choices=["det", "nondet"])
+    p.add_argument("--replays", default=30, type=int)
+    p.add_argument("--out", default="bench", help="output prefix: PREFIX.json, PREFIX.md, PREFIX.png")
+    p.add_argument("--quick", action="store_true", help="H 2048, T 1024 and 16384 only")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.hidden, args.tokens = [2048], [1024, 16384]
+    gpu = torch.cuda.is_available()
+    rows, missing = run_gpu(args) if gpu else run_cpu(args)
+    meta = {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
+            "cake_rmsnorm": cr.__version__, "copy_TBps": COPY_TBPS,
+            "timing": "GPU kernel time: union of kernel-active intervals per replay (CUPTI), median"
+                      if gpu else "CPU wall clock", "skipped_peers": missing, "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(meta, f, indent=1)
+    md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}")
+    with open(args.out + ".md", "w") as f:
+        f.write(md)
+    if gpu:
+        plot(rows, args.out + ".png")
+    print(md)
+    if gpu:
+        sp = [best_peer(r["us"])[1] / r["us"]["cake"] for r in rows if best_peer(r["us"])[0]]
+        if sp:
+            print(f"geomean speedup over the best peer: {math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x "
+                  f"over {len(sp)} rows")
+    return 0

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build for the local GPU only, run the whole test suite (GPU tests included), the sanitizers
+# over tests/sanitize_workload.py, and (optionally) a benchmark. Logs go to $LOG_DIR.
+#   LOG_DIR=/tmp/logs BENCH_ARGS="--quick" scripts/gpu_check.sh
+set -uo pipefail
+LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-check}
+mkdir -p "$LOG_DIR"
+export CAKE_CUDA_ARCHS=${CAKE_CUDA_ARCHS:-90a} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
+status=0
+step() { local name=$1; shift; local t0=$SECONDS; "$@" >"$LOG_DIR/$name.log" 2>&1; local rc=$?;
+  echo "$name: rc=$rc in $((SECONDS - t0)) s"; tail -3 "$LOG_DIR/$name.log"; [ $rc -eq 0 ] || status=1; return $rc; }
+step build python -m pip install --no-build-isolation --no-deps -e . || exit 1
+python -m cake_rmsnorm info
+step tests python -m pytest -q -p no:cacheprovider tests
+if [ "${SANITIZE:-1}" = 1 ]; then
+  for tool in memcheck racecheck synccheck; do
+    step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 python tests/sanitize_workload.py
+  done
+fi
+if [ -n "${BENCH_ARGS:-}" ]; then
+  step bench python -m cake_rmsnorm bench $BENCH_ARGS --out "$LOG_DIR/bench"
+  cat "$LOG_DIR/bench.md"
+fi
+exit $status

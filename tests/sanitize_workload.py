@@ -1,0 +1,47 @@
+"""A small workload touching every CUDA kernel instantiation path, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck python tests/sanitize_workload.py
+    (also --tool racecheck, --tool synccheck)
+
+Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register-cache size
+(vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
+inputs, T = 1, chunk-edge token counts and a capped grid."""
+
+import torch
+
+import cake_rmsnorm as cr
+
+
+def run(T, H, dtype, wdtype, residual, stride=None, max_ctas=0):
+    g = torch.Generator().manual_seed(T * 131 + H)
+    s = stride or H
+    base = torch.randn(T * s, generator=g).to(dtype).cuda()
+    x = base.as_strided((T, H), (s, 1))
+    r = torch.randn(T, H, generator=g).to(dtype).cuda() if residual else None
+    w = (1 + 0.1 * torch.randn(H, generator=g)).to(wdtype).cuda()
+    out = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+    xs = out[2] if residual else x
+    gy = torch.randn(T, H, generator=g).to(dtype).cuda()
+    ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
+    dx, dw = torch.empty(T, H, dtype=dtype, device="cuda"), torch.empty(H, device="cuda")
+    cr.ops.bwd_out(gy, xs, w, out[1], gy if residual else None, True, dx, dw, ws, max_ctas)
+    torch.cuda.synchronize()
+    assert torch.isfinite(dw).all()
+
+
+def main():
+    widths = [8, 64, 256, 520, 1000, 2048, 3080, 6144, 8192, 16384, 32768, 65536, 131072]
+    for H in widths:
+        for T in (1, 3, 129):
+            if H >= 65536 and T > 3:
+                continue
+            for residual in (False, True):
+                run(T, H, torch.bfloat16, torch.bfloat16, residual)
+        run(7, H, torch.float16, torch.float32, True)
+    run(513, 512, torch.bfloat16, torch.float32, False, stride=520)
+    run(4099, 1536, torch.bfloat16, torch.bfloat16, True, max_ctas=7)
+    print("sanitize workload done")
+
+
+if __name__ == "__main__":
+    main()

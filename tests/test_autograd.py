@@ -1,0 +1,155 @@
+"""Autograd, torch.compile, opcheck and CUDA-graph capture."""
+
+import pytest
+import torch
+
+import cake_rmsnorm as cr
+from conftest import HAS_CUDA, devices
+from reference import assert_close_unit, make_rows, make_weight, rel_l2
+
+EPS = 1e-6
+
+
+def eager_rmsnorm(x, w, eps, residual=None):
+    """The FP32 eager formula, differentiated by autograd."""
+    h = x if residual is None else x + residual
+    hf = h.float()
+    y = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+    return y.to(x.dtype) if residual is None else (y.to(x.dtype), h)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("residual", [False, True])
+def test_autograd_matches_eager(device, wdtype, residual, gen):
+    T, H = 33, 1000
+    x0 = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+    r0 = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+    w0 = make_weight(H, wdtype, device, gen)
+    gy = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen)
+    gh = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen)
+
+    def run(fn):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        r = r0.clone().requires_grad_() if residual else None
+        out = fn(x, w, EPS, r)
+        if residual:
+            y, h = out
+            torch.autograd.backward([y, h], [gy, gh])
+        else:
+            y = out
+            y.backward(gy)
+        return y, x.grad, w.grad, (r.grad if residual else None)
+
+    ours = run(lambda x, w, e, r: cr.cake_rmsnorm(x, w, e, residual=r))
+    ref = run(lambda x, w, e, r: eager_rmsnorm(x, w, e, r))
+    assert_close_unit(ours[0], ref[0], "y")
+    assert_close_unit(ours[1], ref[1], "dx")
+    assert ours[2].dtype == wdtype
+    assert rel_l2(ours[2], ref[2]) < 1e-2
+    if residual:
+        assert torch.equal(ours[1], ours[3]), "both inputs of the add receive dx_total"
+
+
+@pytest.mark.parametrize("device", devices())
+def test_op_level_autograd(device, gen):
+    """The ops differentiate when called directly (register_autograd)."""
+    x = make_rows(8, 64, torch.bfloat16, device, 1.0, None, 0, gen).contiguous().requires_grad_()
+    w = make_weight(64, torch.bfloat16, device, gen).requires_grad_()
+    y, rstd = cr.ops.fwd(x, w, EPS)
+    y.float().sum().backward()
+    dx, dw = cr.cake_rmsnorm_train_backward(torch.ones_like(y), x.detach(), w.detach(), rstd)
+    assert torch.equal(x.grad, dx) and torch.equal(w.grad, dw.to(w.dtype))
+
+
+def _samples(device):
+    g = torch.Generator().manual_seed(0)
+    x = make_rows(16, 64, torch.bfloat16, device, 1.0, None, 0, g).contiguous()
+    r = make_rows(16, 64, torch.bfloat16, device, 1.0, None, 0, g).contiguous()
+    w = make_weight(64, torch.bfloat16, device, g)
+    w32 = make_weight(64, torch.float32, device, g)
+    _, rstd = cr.ops.fwd(x, w, EPS)
+    ws = torch.zeros(cr.cake_rmsnorm_train_backward_workspace_bytes(16, 64), dtype=torch.uint8, device=device)
+    return x, r, w, w32, rstd, ws
+
+
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    x, r, w, w32, rstd, ws = _samples(device)
+    o = cr.ops
+    e = torch.empty_like
+    cases = [
+        (o.fwd.default, (x.requires_grad_(), w, EPS)),
+        (o.fwd.default, (x.detach(), w32.requires_grad_(), EPS)),
+        (o.fwd_residual.default, (x.detach().requires_grad_(), r.requires_grad_(), w, EPS)),
+        (o.fwd_out.default, (x.detach(), w, EPS, e(x.detach()), e(rstd))),
+        (o.fwd_residual_out.default, (x.detach(), r.detach(), w.detach(), EPS, e(x.detach()), e(rstd), e(x.detach()))),
+        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, None, True)),
+        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, r.detach(), True)),
+        (o.bwd_out.default, (x.detach(), x.detach(), w.detach(), rstd, None, True, e(x.detach()),
+                             torch.empty(64, device=device), ws)),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(op, args)
+
+
+class TinyBlock(torch.nn.Module):
+    def __init__(self, h):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.ones(h, dtype=torch.bfloat16))
+        self.w2 = torch.nn.Parameter(torch.ones(h, dtype=torch.bfloat16))
+        self.lin = torch.nn.Linear(h, h, dtype=torch.bfloat16)
+
+    def forward(self, x, r):
+        y, h = cr.cake_rmsnorm(x, self.w1, 1e-6, residual=r)
+        return cr.cake_rmsnorm(self.lin(y), self.w2, 1e-6) + h
+
+
+@pytest.mark.parametrize("device", devices())
+def test_torch_compile_fullgraph_dynamic(device, gen):
+    torch._dynamo.reset()
+    model = TinyBlock(64).to(device)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for T in (5, 17, 64):  # several token counts through one dynamic graph
+        x = make_rows(T, 64, torch.bfloat16, device, 1.0, None, 0, gen).contiguous().requires_grad_()
+        r = make_rows(T, 64, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+        out = compiled(x, r)
+        out.float().sum().backward()
+        x2 = x.detach().clone().requires_grad_()
+        model.zero_grad()
+        ref = model(x2, r)
+        ref.float().sum().backward()
+        assert torch.equal(out, ref)
+        assert torch.equal(x.grad, x2.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_cuda_graph_capture(gen):
+    """Forward + backward with caller buffers and a workspace, captured once, replayed on new data."""
+    T, H = 300, 2048
+    x = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+    g = torch.empty_like(x)
+    w = make_weight(H, torch.bfloat16, "cuda", gen)
+    y, rstd, dx = torch.empty_like(x), torch.empty(T, device="cuda"), torch.empty_like(x)
+    dw = torch.empty(H, device="cuda")
+    ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture
+        cr.cake_rmsnorm_train_forward(x.normal_(), w, EPS, out=y, rstd=rstd)
+        cr.cake_rmsnorm_train_backward(g.normal_(), x, w, rstd, dx=dx, dw=dw, workspace=ws)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cr.cake_rmsnorm_train_forward(x, w, EPS, out=y, rstd=rstd)
+        cr.cake_rmsnorm_train_backward(g, x, w, rstd, dx=dx, dw=dw, workspace=ws)
+    for _ in range(3):
+        x.copy_(torch.randn(T, H, generator=gen).to(torch.bfloat16))
+        g.copy_(torch.randn(T, H, generator=gen).to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        y_ref, rstd_ref = cr.cake_rmsnorm_train_forward(x, w, EPS)
+        dx_ref, dw_ref = cr.cake_rmsnorm_train_backward(g, x, w, rstd_ref)
+        assert torch.equal(y, y_ref) and torch.equal(rstd, rstd_ref)
+        assert torch.equal(dx, dx_ref) and torch.equal(dw, dw_ref)

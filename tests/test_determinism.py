@@ -1,0 +1,72 @@
+"""The determinism contract: dw bits repeat, do not depend on the grid, and a row's outputs
+do not depend on T within a window."""
+
+import pytest
+import torch
+
+import cake_rmsnorm as cr
+from conftest import HAS_CUDA, devices
+from reference import make_rows, make_weight
+
+EPS = 1e-6
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("H", [256, 512, 1000, 6144])
+@pytest.mark.parametrize("T", [1, 129, 4099])
+def test_dw_bitwise_repeatable_with_poisoned_workspace(device, H, T, gen):
+    if device == "cpu" and T * H > 4099 * 1000:
+        pytest.skip("CPU time budget of CI")
+    x = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen)
+    g = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen)
+    w = make_weight(H, torch.bfloat16, device, gen)
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, EPS)
+    ws = cr.cake_rmsnorm_train_backward_workspace(T, H, device)
+    results = []
+    for _ in range(3):
+        ws.view(torch.uint8).fill_(0xFF)  # all-ones bytes: NaN in every FP32 slot
+        dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd, workspace=ws)
+        results.append((dx.clone(), dw.clone()))
+    for dx, dw in results[1:]:
+        assert torch.equal(dx, results[0][0])
+        assert torch.equal(dw.view(torch.int32), results[0][1].view(torch.int32))
+    assert torch.isfinite(results[0][1]).all()
+
+
+@pytest.mark.parametrize("device", devices())
+def test_row_outputs_do_not_depend_on_T(device, gen):
+    """Within the (single) window of each route, rows shared by two calls agree bitwise."""
+    H = 2048
+    x = make_rows(700, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+    r = make_rows(700, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+    g = make_rows(700, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+    w = make_weight(H, torch.bfloat16, device, gen)
+    y_big, s_big, h_big = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=r)
+    dx_big, _ = cr.cake_rmsnorm_train_backward(g, h_big, w, s_big)
+    for T in (1, 3, 129, 513):
+        y, s, h = cr.cake_rmsnorm_train_forward(x[:T], w, EPS, residual=r[:T])
+        dx, _ = cr.cake_rmsnorm_train_backward(g[:T], h, w, s)
+        assert torch.equal(y, y_big[:T]) and torch.equal(s, s_big[:T]) and torch.equal(h, h_big[:T])
+        assert torch.equal(dx, dx_big[:T])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("H", [512, 6144, 131072])
+def test_dw_bits_do_not_depend_on_grid(H, gen):
+    """The dw reduction tree is a function of T alone: any grid (standing in for another SM
+    count) gives the same bits."""
+    T = 4099 if H < 100000 else 37
+    x = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
+    g = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
+    w = make_weight(H, torch.bfloat16, "cuda", gen)
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, EPS)
+    ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
+    outs = []
+    for max_ctas in (0, 1, 7, 132, 1000):
+        dx, dw = torch.empty_like(x), torch.empty(H, device="cuda")
+        cr.ops.bwd_out(g, x, w, rstd, None, True, dx, dw, ws, max_ctas)
+        outs.append((dx, dw))
+    for dx, dw in outs[1:]:
+        assert torch.equal(dx, outs[0][0])
+        assert torch.equal(dw.view(torch.int32), outs[0][1].view(torch.int32))
