@@ -13,7 +13,6 @@ constexpr int kFwdVpts[] = {1, 2, 4, 8};
 constexpr int kBwdVpts[] = {1, 2, 4};
 constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
-constexpr int kMinCtaThreads = 128;
 
 // dw partial chunks for `rows` rows: a function of rows alone, never of the device, so the
 // dw reduction tree (and its bits) is the same on every GPU and on the CPU path.
@@ -46,27 +45,33 @@ constexpr int instantiated_vpt(int need, const int* vpts, int n) {
 }
 
 // The general program: the narrowest power-of-two group that holds the row in `target`
-// vectors per thread (capped at max_tpr); groups narrower than a warp share a CTA of
-// kMinCtaThreads, wider groups are the whole CTA (the cross-warp reduction syncs the CTA).
-constexpr Program general_program(int hidden, int target, int max_tpr, const int* vpts, int n) {
+// vectors per thread (capped at max_tpr), and as many groups per CTA as fill `min_cta`
+// threads (groups wider than a warp synchronise on named barriers of their own).
+constexpr Program general_program(int hidden, int target, int max_tpr, int min_cta, const int* vpts,
+                                  int n) {
   const int nvec = hidden / 8;
   int tpr = pow2_ceil((nvec + target - 1) / target);
   if (tpr > max_tpr) tpr = max_tpr;
   const int need = (nvec + tpr - 1) / tpr;
-  const int cta = tpr <= 32 ? kMinCtaThreads : tpr;
+  const int cta = tpr < min_cta ? min_cta : tpr;
   return Program{tpr, cta, instantiated_vpt(need, vpts, n)};
 }
 
+constexpr int kFwdMinCta = 128;
+constexpr int kBwdMinCta = 256;  // several rows in flight per CTA: the grid is only kMaxChunks
+
 constexpr Program forward_program(int hidden) {
-  return general_program(hidden, 2, kMaxFwdTpr, kFwdVpts, 4);
+  return general_program(hidden, 2, kMaxFwdTpr, kFwdMinCta, kFwdVpts, 4);
 }
 constexpr Program backward_program(int hidden) {
-  return general_program(hidden, 4, kMaxBwdTpr, kBwdVpts, 3);
+  return general_program(hidden, 4, kMaxBwdTpr, kBwdMinCta, kBwdVpts, 3);
 }
 
 static_assert(forward_program(6144).tpr == 512 && forward_program(6144).vpt == 2, "fwd 6144");
 static_assert(backward_program(6144).tpr == 256 && backward_program(6144).vpt == 4, "bwd 6144");
-static_assert(backward_program(512).cta == kMinCtaThreads, "narrow rows share a CTA");
+static_assert(backward_program(512).cta == kBwdMinCta, "narrow rows share a CTA");
+static_assert(backward_program(2048).tpr == 64 && backward_program(2048).cta == 256, "4 rows a CTA");
+static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barriers 1..15 suffice");
 static_assert(backward_program(8192).vpt == 4 && backward_program(8192).tpr == 256, "bwd 8192");
 static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).cta == kMaxBwdTpr,
               "rows with a second pass own the CTA (dw of the rest is summed in place)");

@@ -11,9 +11,10 @@ namespace cake {
 // Chunk c of p.chunks (a function of rows alone) covers a fixed row range; CTAs stride over
 // chunks, so the grid size changes neither dx nor the dw bits. Inside a chunk, group j of a
 // CTA takes rows begin + j, begin + j + rpc, ...; each thread owns the same columns for every
-// row and sums g * xhat for them in FP32 registers; the groups are then added in group order
-// through shared memory and the chunk's partial row is written to p.partials. Columns past
-// VPT * tpr vectors (very wide rows, where rpc == 1) are summed straight into the partial row.
+// row and sums g * xhat for them in Kahan-compensated FP32 registers; the groups are then added
+// in group order through shared memory and the chunk's partial row is written to p.partials.
+// Columns past VPT * tpr vectors (very wide rows, where rpc == 1) are summed, uncompensated,
+// straight into the partial row.
 template <typename T, typename WT, bool RES, int VPT>
 __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdParams p) {
   extern __shared__ float smem[];  // [32] scratch, then rpc * VPT * tpr * 8 when rpc > 1
@@ -42,11 +43,11 @@ __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdPa
     const int64_t begin = chunk_begin(c, p.rows, p.chunks);
     const int64_t end = chunk_begin(c + 1, p.rows, p.chunks);
     float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
-    float acc[VPT][kVec];
+    float acc[VPT][kVec], comp[VPT][kVec];
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[k][i] = 0.f;
+      for (int i = 0; i < kVec; ++i) acc[k][i] = comp[k][i] = 0.f;
     if (want_dw) {
       for (int v = lane + VPT * tpr; v < nvec; v += tpr)
 #pragma unroll
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdPa
             const float xhat = xf[i] * rstd;
             const float val = rstd * ((gf[i] * wf[k][i]) - mean * xhat);
             d[i] = RES ? val + d[i] : val;
-            acc[k][i] += gf[i] * xhat;
+            kahan_add(acc[k][i], comp[k][i], gf[i] * xhat);
           }
           store16(dx + v * kVec, pack8<T>(d));
         }
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdPa
         const int v = lane + k * tpr;
         if (v < nvec)
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) part[v * kVec + i] = acc[k][i];
+          for (int i = 0; i < kVec; ++i) part[v * kVec + i] = acc[k][i] - comp[k][i];
       }
     } else {
       // Column index of acc[k][i] is (k * tpr + lane) * 8 + i; stage by group, add in order.
@@ -141,7 +142,8 @@ __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdPa
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) stage[group * span + (k * tpr + lane) * kVec + i] = acc[k][i];
+        for (int i = 0; i < kVec; ++i)
+          stage[group * span + (k * tpr + lane) * kVec + i] = acc[k][i] - comp[k][i];
       __syncthreads();
       for (int col = threadIdx.x; col < p.hidden && col < span; col += blockDim.x) {
         float s = stage[col];
@@ -153,22 +155,39 @@ __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdPa
   }
 }
 
-// dw[col] = sum over chunks in chunk order, Neumaier-compensated: one rounding at the end.
-// A template so every translation unit that includes this header may instantiate it.
+__device__ __forceinline__ void neumaier_add(float& s, float& c, float v) {
+  const float t = s + v;
+  c += fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s;
+  s = t;
+}
+
+// dw[col] = the chunk partials summed in a fixed order: chunk k goes to lane k % kLanes of the
+// column (coalesced 32-column rows, kLanes chunks in flight), each lane sums its chunks in
+// order, then the lanes are added in lane order; Neumaier compensation throughout, one
+// rounding at the end. The order depends on (chunks, hidden) alone.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) dw_finalize_kernel(const float* __restrict__ partials,
                                                               int chunks, int hidden,
                                                               float* __restrict__ dw) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= hidden) return;
-  float s = 0.f, comp = 0.f;
-  for (int c = 0; c < chunks; ++c) {
-    const float v = partials[static_cast<int64_t>(c) * hidden + col];
-    const float t = s + v;
-    comp += fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s;
-    s = t;
+  constexpr int kLanes = THREADS / 32;
+  __shared__ float sums[kLanes][32], comps[kLanes][32];
+  const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;
+  const int col = blockIdx.x * 32 + cl;
+  float s = 0.f, c = 0.f;
+  if (col < hidden)
+    for (int k = lane; k < chunks; k += kLanes)
+      neumaier_add(s, c, partials[static_cast<int64_t>(k) * hidden + col]);
+  sums[lane][cl] = s;
+  comps[lane][cl] = c;
+  __syncthreads();
+  if (lane == 0 && col < hidden) {
+    float total = 0.f, tc = 0.f;
+    for (int j = 0; j < kLanes; ++j) {
+      neumaier_add(total, tc, sums[j][cl]);
+      tc += comps[j][cl];
+    }
+    dw[col] = total + tc;
   }
-  dw[col] = s + comp;
 }
 
 }  // namespace cake

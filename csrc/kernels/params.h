@@ -16,6 +16,8 @@ namespace cake {
 // w and the dw sums of 4 vectors, spill-free.
 constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
+// The dw finalize sums chunk k into lane k % kFinalizeLanes of its column, then the lanes.
+constexpr int kFinalizeLanes = 8;
 
 struct FwdParams {
   const void* x;

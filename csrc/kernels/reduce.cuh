@@ -3,22 +3,40 @@
 
 namespace cake {
 
-// A row group is `tpr` consecutive threads, tpr a power of two. Groups narrower than a warp
-// reduce with an xor butterfly inside their aligned lanes (every lane ends with the same
-// bits, as FP32 addition commutes); a group wider than a warp is the whole CTA (the
-// dispatch guarantees it), so __syncthreads is uniform. Every thread of the CTA must call
-// this together: callers keep their row loops uniform and mask invalid rows instead.
+// Synchronises the `count` threads (a multiple of 32) of one row group on barrier `id`
+// (1..15; 0 is __syncthreads'), so several wide groups can share a CTA.
+__device__ __forceinline__ void group_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// A row group is `tpr` consecutive threads, tpr a power of two. Groups up to a warp reduce
+// with an xor butterfly inside their aligned lanes (every lane ends with the same bits, as
+// FP32 addition commutes); wider groups add their warps' sums through `scratch` (one float a
+// warp of the CTA) behind a named barrier of their own. Every thread of a group must call
+// this together: callers keep row loops uniform and mask invalid rows instead.
 __device__ __forceinline__ float group_sum(float v, int tpr, float* scratch /* >= 32 floats */) {
   const int width = tpr < 32 ? tpr : 32;
   for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   if (tpr <= 32) return v;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();  // the previous call's readers are done with scratch
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float s = lane < (tpr >> 5) ? scratch[lane] : 0.f;
+  const int group = threadIdx.x / tpr;
+  const int warps = tpr >> 5;
+  const int lane = threadIdx.x & 31;
+  float* mine = scratch + group * warps;
+  group_barrier(1 + group, tpr);  // the previous call's readers are done with scratch
+  if (lane == 0) mine[(threadIdx.x % tpr) >> 5] = v;
+  group_barrier(1 + group, tpr);
+  float s = lane < warps ? mine[lane] : 0.f;
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   return s;
+}
+
+// Kahan-compensated accumulation: s + c carries the running sum to about twice FP32's
+// precision, so a chunk's dw partial does not grow an error with its row count.
+__device__ __forceinline__ void kahan_add(float& s, float& c, float v) {
+  const float y = v - c;
+  const float t = s + y;
+  c = (t - s) - y;
+  s = t;
 }
 
 }  // namespace cake

@@ -54,15 +54,28 @@ void forward(const FwdParams& p) {
   }
 }
 
+inline void kahan_add(float& s, float& c, float v) {
+  const float y = v - c;
+  const float t = s + y;
+  c = (t - s) - y;
+  s = t;
+}
+
+inline void neumaier_add(float& s, float& c, float v) {
+  const float t = s + v;
+  c += std::fabs(s) >= std::fabs(v) ? (s - t) + v : (v - t) + s;
+  s = t;
+}
+
 template <typename T, typename W>
 void backward(const BwdParams& p) {
   const int H = p.hidden;
-  std::vector<float> wf, gf(H), xh(H), term(H);
+  std::vector<float> wf, gf(H), xh(H), term(H), comp(H);
   load_weight<W>(p.w, H, wf);
   for (int c = 0; c < p.chunks; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
     if (part != nullptr)
-      for (int i = 0; i < H; ++i) part[i] = 0.f;
+      for (int i = 0; i < H; ++i) part[i] = comp[i] = 0.f;
     const int64_t end = chunk_begin(c + 1, p.rows, p.chunks);
     for (int64_t row = chunk_begin(c, p.rows, p.chunks); row < end; ++row) {
       const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
@@ -80,20 +93,24 @@ void backward(const BwdParams& p) {
         float d = rstd * ((gf[i] * wf[i]) - mean * xh[i]);
         if (gr != nullptr) d += T::to_float(gr[i]);
         dx[i] = T::from_float(d);
-        if (part != nullptr) part[i] += gf[i] * xh[i];
+        if (part != nullptr) kahan_add(part[i], comp[i], gf[i] * xh[i]);
       }
     }
+    if (part != nullptr)
+      for (int i = 0; i < H; ++i) part[i] -= comp[i];
   }
   if (p.dw == nullptr) return;
+  // The GPU finalize's order: chunk k into lane k % kFinalizeLanes, then the lanes in order.
   for (int i = 0; i < H; ++i) {
-    float s = 0.f, comp = 0.f;
-    for (int c = 0; c < p.chunks; ++c) {
-      const float v = p.partials[static_cast<int64_t>(c) * H + i];
-      const float t = s + v;
-      comp += std::fabs(s) >= std::fabs(v) ? (s - t) + v : (v - t) + s;
-      s = t;
+    float s[kFinalizeLanes] = {0.f}, c[kFinalizeLanes] = {0.f};
+    for (int k = 0; k < p.chunks; ++k)
+      neumaier_add(s[k % kFinalizeLanes], c[k % kFinalizeLanes], p.partials[static_cast<int64_t>(k) * H + i]);
+    float total = 0.f, tc = 0.f;
+    for (int j = 0; j < kFinalizeLanes; ++j) {
+      neumaier_add(total, tc, s[j]);
+      tc += c[j];
     }
-    p.dw[i] = s + comp;
+    p.dw[i] = total + tc;
   }
 }
 

@@ -42,14 +42,19 @@ def _autograd_ops(case, forward):
         with torch.no_grad():
             return forward(x, w, r)
 
-    saved = forward(x, w, r)  # one forward whose graph the backward replays
+    def grad(out, **kw):
+        outs = out if isinstance(out, tuple) else (out,)
+        return torch.autograd.grad(outs, inputs, (case.gy,) * len(outs), **kw)
+
+    saved = {}
 
     def bwd():
-        return torch.autograd.grad(saved, inputs, case.gy, retain_graph=True)
+        if "y" not in saved:  # the forward whose graph every replay walks, made on the capture stream
+            saved["y"] = forward(x, w, r)
+        return grad(saved["y"], retain_graph=True)
 
     def step():
-        y = forward(x, w, r)
-        return torch.autograd.grad(y, inputs, case.gy)
+        return grad(forward(x, w, r))
 
     return {"fwd": fwd, "bwd": bwd, "step": step}
 
@@ -88,7 +93,12 @@ def _add(x, r):
 
 def make_torch_fused(case):
     shape = (case.H,)
-    return _autograd_ops(case, lambda x, w, r: F.rms_norm(_add(x, r), shape, w, case.eps))
+    def forward(x, w, r):
+        h = _add(x, r)
+        y = F.rms_norm(h, shape, w, case.eps)
+        return y if r is None else (y, h)
+
+    return _autograd_ops(case, forward)
 
 
 def _eager_formula(x, w, r, eps):
