@@ -1,4 +1,5 @@
-"""FP64 references, input makers and the accuracy contract's checks."""
+"""FP64 references (computed on the inputs' device), input makers and the accuracy
+contract's checks."""
 
 import torch
 
@@ -46,15 +47,16 @@ def eager_dw(g, x, rstd):
 
 
 def rel_l2(a, ref):
-    a, ref = a.double().cpu(), ref.double().cpu()
+    a, ref = a.double(), ref.double().to(a.device)
     den = ref.norm()
     return ((a - ref).norm() / den).item() if den > 0 else (a - ref).norm().item()
 
 
 def assert_close_unit(out, ref, name, mask_rows=None):
     """|out - ref| <= atol + rtol |ref| with both divided by ref's RMS (unit scale)."""
-    out, ref = out.double().cpu(), ref.double().cpu()
+    out, ref = out.double(), ref.double().to(out.device)
     if mask_rows is not None:
+        mask_rows = mask_rows.to(out.device)
         out, ref = out[mask_rows], ref[mask_rows]
     if ref.numel() == 0:
         return
@@ -64,6 +66,7 @@ def assert_close_unit(out, ref, name, mask_rows=None):
     bound = Y_ATOL + Y_RTOL * ref.abs() / scale
     bad = ~(err <= bound)
     if bad.any():
+        out, ref, err = out.cpu(), ref.cpu(), err.cpu()
         i = bad.nonzero()[0].tolist()
         raise AssertionError(
             f"{name}: {int(bad.sum())} of {ref.numel()} elements out of tolerance; first at {i}: "

@@ -1,27 +1,35 @@
-// Forward launcher template: picks the instantiation for (weight dtype, residual, VPT).
+// Forward launcher template: picks the instantiation for (weight dtype, residual, VPT) and
+// launches a persistent grid of at most the resident CTAs (one wave; CTAs stride over rows).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "../kernels/forward.cuh"
 #include "launch.h"
+#include "occupancy.h"
 
 namespace cake {
 
-template <typename T, typename WT, bool RES>
-int launch_forward_vpt(const FwdParams& p, const Program& prog, cudaStream_t s) {
+template <typename T, typename WT, bool RES, int VPT>
+int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t s) {
+  auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
   const int64_t rpc = prog.cta / prog.tpr;
   int64_t blocks = (p.rows + rpc - 1) / rpc;
-  if (blocks > (int64_t(1) << 30)) blocks = int64_t(1) << 30;  // the kernel strides over rows
-  const dim3 grid(static_cast<unsigned>(blocks)), block(prog.cta);
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, 0);
+  if (resident > 0 && blocks > resident) blocks = resident;
+  kernel<<<static_cast<unsigned>(blocks), prog.cta, 0, s>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T, typename WT, bool RES>
+int launch_forward_vpt(const FwdParams& p, const Program& prog, cudaStream_t s) {
   switch (prog.vpt) {
-    case 1: rmsnorm_fwd_kernel<T, WT, RES, 1><<<grid, block, 0, s>>>(p); break;
-    case 2: rmsnorm_fwd_kernel<T, WT, RES, 2><<<grid, block, 0, s>>>(p); break;
-    case 4: rmsnorm_fwd_kernel<T, WT, RES, 4><<<grid, block, 0, s>>>(p); break;
-    case 8: rmsnorm_fwd_kernel<T, WT, RES, 8><<<grid, block, 0, s>>>(p); break;
+    case 1: return launch_forward_kernel<T, WT, RES, 1>(p, prog, s);
+    case 2: return launch_forward_kernel<T, WT, RES, 2>(p, prog, s);
+    case 4: return launch_forward_kernel<T, WT, RES, 4>(p, prog, s);
+    case 8: return launch_forward_kernel<T, WT, RES, 8>(p, prog, s);
     default: return static_cast<int>(cudaErrorInvalidConfiguration);
   }
-  return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T>
