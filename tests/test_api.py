@@ -23,6 +23,7 @@ def _xw(device="cpu", T=4, H=64):
         (dict(x=torch.randn(4, 64)), TypeError, "x must be torch.bfloat16 or torch.float16, got torch.float32"),
         (dict(x=torch.tensor(1.0, dtype=BF)), ValueError, "at least one dimension"),
         (dict(x=torch.randn(4, 60, dtype=BF), w=torch.ones(60, dtype=BF)), ValueError, "multiple of 8, got 60"),
+        (dict(x=torch.empty(4, 64, dtype=BF, device="meta")), ValueError, "x must be on a CPU or CUDA device"),
         (dict(w=torch.ones(64, dtype=torch.float16)), TypeError, "w must be x's dtype"),
         (dict(w=torch.ones(32, dtype=BF)), ValueError, r"w must be 1-D \[hidden\]"),
         (dict(w=torch.ones(2, 64, dtype=BF)), ValueError, r"w must be 1-D \[hidden\]"),
