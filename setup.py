@@ -71,7 +71,12 @@ def cuda_archs(nvcc):
 
 
 def make_extension():
-    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+    # CppExtension even with CUDA sources: torch's BuildExtension compiles the .cu files with
+    # nvcc either way, and CUDAExtension would link libcudart.so, libc10_cuda and libtorch_cuda,
+    # which a CPU-only torch does not have. The library links the CUDA runtime statically and
+    # looks torch's CUDA stream accessor up at run time, so one wheel loads under any torch
+    # >= 2.10, CPU builds included (docs/packaging.md).
+    from torch.utils.cpp_extension import CppExtension
 
     cxx = [
         "-O3",
@@ -80,6 +85,7 @@ def make_extension():
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
     ]
     include_dirs = [str(ROOT / "csrc" / "include")]
+    link_args = [f"-Wl,--version-script={ROOT / 'csrc' / 'api' / 'exports.map'}"]
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
     sources.append("csrc/torch/ops.cpp")
 
@@ -90,10 +96,10 @@ def make_extension():
             else "no CUDA arch left to build: building the CPU-only library")
         return CppExtension(
             "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
-            extra_compile_args={"cxx": cxx + ["-DCAKE_WITH_CUDA=0"]},
+            extra_compile_args={"cxx": cxx + ["-DCAKE_WITH_CUDA=0"]}, extra_link_args=link_args,
         ), None
 
-    os.environ.setdefault("CUDA_HOME", str(Path(nvcc).resolve().parent.parent))
+    cuda_home = os.environ.setdefault("CUDA_HOME", str(Path(nvcc).resolve().parent.parent))
     mask = sum(1 << ARCH_BITS[a] for a in archs)
     log(f"building CUDA for {', '.join('sm_' + a for a in archs)} with nvcc {version[0]}.{version[1]}")
     gencode = []
@@ -109,24 +115,33 @@ def make_extension():
     ] + gencode
     sources += ["csrc/torch/ops_cuda.cpp"]
     sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cu"))]
-    ext = CUDAExtension(
+    ext = CppExtension(
         "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
+        library_dirs=[str(Path(cuda_home) / "lib64")],
+        libraries=["cudart_static", "rt", "dl", "pthread"],
         extra_compile_args={
             "cxx": cxx + ["-DCAKE_WITH_CUDA=1", f"-DCAKE_BUILT_ARCH_MASK={mask}u"],
             "nvcc": nvcc_flags,
         },
+        extra_link_args=link_args,
     )
     return ext, version
 
 
 class BuildPyWithHeaders(build_py):
-    """Ships the public C headers inside the package (cake_rmsnorm.get_include())."""
+    """Ships the public C/C++ headers inside the package (cake_rmsnorm.get_include()) and stamps
+    the full version, local tag included, into the built package's _version.py."""
+
+    full_version = None
 
     def run(self):
         super().run()
+        if self.full_version:
+            (Path(self.build_lib) / "cake_rmsnorm" / "_version.py").write_text(
+                f'__version__ = "{self.full_version}"\n')
         dst = Path(self.build_lib) / "cake_rmsnorm" / "include" / "cake_rmsnorm"
         dst.mkdir(parents=True, exist_ok=True)
-        for header in (ROOT / "csrc" / "include" / "cake_rmsnorm").glob("*.h"):
+        for header in sorted((ROOT / "csrc" / "include" / "cake_rmsnorm").glob("*.h*")):
             shutil.copy2(header, dst / header.name)
 
 
@@ -135,9 +150,10 @@ def main():
 
     ext, cuda_version = make_extension()
     local = f"cu{cuda_version[0]}{cuda_version[1]}" if cuda_version else "cpu"
+    BuildPyWithHeaders.full_version = f"{read_version()}+{local}"
     setup(
         name="cake-rmsnorm",
-        version=f"{read_version()}+{local}",
+        version=BuildPyWithHeaders.full_version,
         package_dir={"": "python"},
         packages=find_packages("python"),
         ext_modules=[ext],

@@ -1,0 +1,65 @@
+// cake-rmsnorm for LibTorch users: functions on at::Tensor that call the registered ops
+// (torch.ops.cake_rmsnorm.*) through the dispatcher, so CPU and CUDA tensors, torch's current
+// stream and autograd-free training code all work as from Python. Link the library
+// (cake_rmsnorm.get_library_path()) so its ops register when it loads.
+//
+// Inputs are 2-D [rows, hidden] (any strides; the ops copy what the kernels cannot read in
+// place); y/h_new/dx take x's dtype, rstd and dw are FP32.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <tuple>
+
+#include "cake_rmsnorm.h"
+
+namespace cake_rmsnorm {
+
+namespace detail {
+template <typename Sig>
+inline c10::TypedOperatorHandle<Sig> op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+}  // namespace detail
+
+// (y, rstd) = RMSNorm(x) * w.
+inline std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& w, double eps) {
+  static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, double)>(
+      "cake_rmsnorm::fwd");
+  return h.call(x, w, eps);
+}
+
+// (y, rstd, h_new): h_new = cast(x + residual) is normalised.
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(const at::Tensor& x,
+                                                                       const at::Tensor& residual,
+                                                                       const at::Tensor& w, double eps) {
+  static auto h = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, double)>("cake_rmsnorm::fwd_residual");
+  return h.call(x, residual, w, eps);
+}
+
+// (dx, dw); g_residual, when given, is added into dx.
+inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
+                                                   const at::Tensor& rstd,
+                                                   const std::optional<at::Tensor>& g_residual = std::nullopt,
+                                                   bool deterministic = true) {
+  static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+      const std::optional<at::Tensor>&, bool)>("cake_rmsnorm::bwd");
+  return h.call(g, x, w, rstd, g_residual, deterministic);
+}
+
+// Writes dx and dw into caller buffers with a caller workspace of at least
+// cake_rmsnorm_backward_workspace_bytes(rows, hidden) bytes: no allocation on the CUDA path.
+inline void backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
+                         const std::optional<at::Tensor>& g_residual, at::Tensor& dx, at::Tensor& dw,
+                         at::Tensor& workspace, bool deterministic = true) {
+  static auto h = detail::op<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                  const std::optional<at::Tensor>&, bool, at::Tensor&, at::Tensor&, at::Tensor&,
+                                  int64_t)>("cake_rmsnorm::bwd_out");
+  h.call(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, 0);
+}
+
+}  // namespace cake_rmsnorm
