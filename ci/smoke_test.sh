@@ -7,5 +7,5 @@ shift
 work=$(mktemp -d)
 cp -r "$project/tests" "$work/"
 cd "$work"
-python -c "import cake_rmsnorm as cr, os; assert not cr.__file__.startswith('$project'), cr.__file__; print('smoke:', cr.__version__, cr.__file__)"
+python -c "import cake_rmsnorm as cr, os; assert not cr.__file__.startswith('$project/python'), cr.__file__; print('smoke:', cr.__version__, cr.__file__)"
 python -m pytest -q -p no:cacheprovider "${@:-tests/test_smoke.py}"
