@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build for the local GPU only, run the whole test suite (GPU tests included), the sanitizers
-# over tests/sanitize_workload.py, and (optionally) a benchmark. Logs go to $LOG_DIR.
-#   LOG_DIR=/tmp/logs BENCH_ARGS="--quick" scripts/gpu_check.sh
+# over tests/sanitize_workload.py, the C/LibTorch consumers (GPU path included), and optionally
+# the training example and a benchmark. Logs go to $LOG_DIR.
+#   LOG_DIR=/tmp/logs EXAMPLE_ARGS="--steps 300" BENCH_ARGS="--quick" scripts/gpu_check.sh
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-check}
 mkdir -p "$LOG_DIR"
@@ -16,6 +17,14 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   for tool in memcheck racecheck synccheck; do
     step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 python tests/sanitize_workload.py
   done
+fi
+if [ "${CONSUMER:-1}" = 1 ]; then
+  step consumers env CUDA=1 tests/cpp/build_and_run.sh
+  cat "$LOG_DIR/consumers.log"
+fi
+if [ -n "${EXAMPLE_ARGS+x}" ]; then
+  step example python examples/train_tiny_llama.py $EXAMPLE_ARGS --json "$LOG_DIR/example.json"
+  cat "$LOG_DIR/example.log"
 fi
 if [ -n "${BENCH_ARGS:-}" ]; then
   step bench python -m cake_rmsnorm bench $BENCH_ARGS --out "$LOG_DIR/bench"

@@ -5,7 +5,7 @@
 
 Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register-cache size
 (vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
-inputs, T = 1, chunk-edge token counts and a capped grid."""
+inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls."""
 
 import torch
 
@@ -25,6 +25,8 @@ def run(T, H, dtype, wdtype, residual, stride=None, max_ctas=0):
     ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
     dx, dw = torch.empty(T, H, dtype=dtype, device="cuda"), torch.empty(H, device="cuda")
     cr.ops.bwd_out(gy, xs, w, out[1], gy if residual else None, True, dx, dw, ws, max_ctas)
+    cr.ops.bwd_out(gy, xs, w, out[1], None, True, dx, dw, ws, max_ctas, True)  # dw += (main_grad)
+    cr.ops.bwd_out(gy, xs, w, out[1], None, True, dx, None, None)  # dx only (frozen weight)
     torch.cuda.synchronize()
     assert torch.isfinite(dw).all()
 

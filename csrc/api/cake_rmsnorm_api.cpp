@@ -138,13 +138,14 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   p.dx = a->dx; p.dx_stride = a->dx_row_stride;
   p.partials = want_dw ? static_cast<float*>(a->workspace) : nullptr;
   p.dw = a->dw;
+  p.accumulate = a->accumulate_dw != 0;
   p.rows = a->rows;
   p.hidden = static_cast<int>(a->hidden);
   p.chunks = static_cast<int>(cake::backward_chunks(a->rows));
 
   if (a->device == CAKE_DEVICE_CPU) {
     if (a->rows == 0) {
-      if (want_dw) std::memset(a->dw, 0, sizeof(float) * a->hidden);
+      if (want_dw && !a->accumulate_dw) std::memset(a->dw, 0, sizeof(float) * a->hidden);
       return CAKE_OK;
     }
     with_types(a->x_dtype, a->w_dtype, [&](auto t, auto w) {
@@ -154,7 +155,8 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   }
   if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
-  if (a->rows == 0) return want_dw ? cuda_status(cake::zero_floats(a->dw, a->hidden, stream)) : CAKE_OK;
+  if (a->rows == 0)
+    return want_dw && !a->accumulate_dw ? cuda_status(cake::zero_floats(a->dw, a->hidden, stream)) : CAKE_OK;
   if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
       !stride_aligned(a->g_row_stride) || !stride_aligned(a->x_row_stride) ||
       !stride_aligned(a->dx_row_stride) ||

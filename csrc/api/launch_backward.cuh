@@ -20,7 +20,8 @@ int launch_backward_vpt(const BwdParams& p, const Program& prog, int grid, cudaS
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
-  dw_finalize_kernel<32 * kFinalizeLanes><<<(p.hidden + 31) / 32, 32 * kFinalizeLanes, 0, s>>>(p.partials, p.chunks, p.hidden, p.dw);
+  dw_finalize_kernel<32 * kFinalizeLanes><<<(p.hidden + 31) / 32, 32 * kFinalizeLanes, 0, s>>>(p.partials, p.chunks, p.hidden, p.dw,
+                                                                              p.accumulate);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -168,7 +168,7 @@ __device__ __forceinline__ void neumaier_add(float& s, float& c, float v) {
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) dw_finalize_kernel(const float* __restrict__ partials,
                                                               int chunks, int hidden,
-                                                              float* __restrict__ dw) {
+                                                              float* __restrict__ dw, int accumulate) {
   constexpr int kLanes = THREADS / 32;
   __shared__ float sums[kLanes][32], comps[kLanes][32];
   const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;
@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(THREADS) dw_finalize_kernel(const float* __res
       neumaier_add(total, tc, sums[j][cl]);
       tc += comps[j][cl];
     }
-    dw[col] = total + tc;
+    const float sum = total + tc;
+    dw[col] = accumulate ? dw[col] + sum : sum;
   }
 }
 

@@ -49,6 +49,7 @@ struct BwdParams {
   int64_t dx_stride;
   float* partials;  // [chunks, hidden] FP32 dw partials
   float* dw;        // null: skip dw
+  int accumulate;   // dw += sum instead of dw = sum
   int64_t rows;
   int hidden;
   int chunks;

@@ -111,12 +111,14 @@ inline bool vec_ready(const Tensor& t, bool aligned) {
   return !aligned || !t.is_cuda() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-// A 1-D caller output (rstd, dw): written directly when contiguous, else through a copy.
+// A 1-D caller output (rstd, dw): written directly when contiguous, else through a copy
+// (which starts from the caller's values when the kernel accumulates into them).
 struct VecSlot {
   Tensor user, buf;
   bool copy_back;
-  explicit VecSlot(const Tensor& t) : user(t), buf(t), copy_back(!vec_ready(t, false)) {
-    if (copy_back) buf = torch::stable::new_empty(t, {t.size(0)}, t.scalar_type());
+  explicit VecSlot(const Tensor& t, bool preload = false)
+      : user(t), buf(t), copy_back(!vec_ready(t, false)) {
+    if (copy_back) buf = preload ? dense_copy(t) : torch::stable::new_empty(t, {t.size(0)}, t.scalar_type());
   }
   void finish() {
     if (copy_back) torch::stable::copy_(user, buf);
@@ -175,7 +177,8 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
 inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& w_in,
                           const Tensor& rstd_in, const std::optional<Tensor>& g_residual_in,
                           const Tensor& dx_in, const std::optional<Tensor>& dw_in,
-                          const std::optional<Tensor>& workspace, int64_t max_ctas, void* stream) {
+                          const std::optional<Tensor>& workspace, int64_t max_ctas, bool accumulate,
+                          void* stream) {
   STD_TORCH_CHECK(x_in.dim() == 2, "x must be 2-D [rows, hidden]");
   check_rows(g_in, x_in, "g");
   check_weight(w_in, x_in);
@@ -196,7 +199,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
   if (g_residual_in) g_residual = ready_input(*g_residual_in);
   OutSlot dx(dx_in);
   std::optional<VecSlot> dw;
-  if (dw_in) dw.emplace(*dw_in);
+  if (dw_in) dw.emplace(*dw_in, accumulate);
 
   cake_rmsnorm_bwd_args a{};
   a.device = x.is_cuda() ? CAKE_DEVICE_CUDA : CAKE_DEVICE_CPU;
@@ -223,6 +226,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
   }
   a.deterministic = 1;
   a.max_ctas = static_cast<int>(max_ctas);
+  a.accumulate_dw = accumulate ? 1 : 0;
   raise_status(cake_rmsnorm_backward(&a, stream), "backward");
   dx.finish();
   if (dw) dw->finish();

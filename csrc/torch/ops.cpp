@@ -29,9 +29,11 @@ STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
   m.def(
       "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic) "
       "-> (Tensor, Tensor)");
+  m.def("bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) -> Tensor");
+  // dw None skips the weight gradient; accumulate adds the sum into dw (main_grad buffers).
   m.def(
       "bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic, "
-      "Tensor(a!) dx, Tensor(b!) dw, Tensor(c!) workspace, int max_ctas=0) -> ()");
+      "Tensor(a!) dx, Tensor(b!)? dw, Tensor(c!)? workspace, int max_ctas=0, bool accumulate=False) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(cake_rmsnorm, CPU, m) { CAKE_REGISTER_IMPLS(m, CpuOps); }

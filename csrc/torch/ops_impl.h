@@ -51,17 +51,27 @@ struct Ops {
     const int64_t bytes =
         static_cast<int64_t>(cake_rmsnorm_backward_workspace_bytes(x.size(0), x.size(1)));
     Tensor ws = torch::stable::new_empty(x, {bytes > 0 ? bytes : 16}, ScalarType::Byte);
-    backward_into(g, x, w, rstd, g_residual, dx, dw, ws, 0, ctx.stream);
+    backward_into(g, x, w, rstd, g_residual, dx, dw, ws, 0, false, ctx.stream);
     return {dx, dw};
   }
 
+  // dx only: the weight gradient and its work are skipped (a frozen weight).
+  static Tensor bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual) {
+    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    auto ctx = StreamOf::enter(x);
+    Tensor dx = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
+    backward_into(g, x, w, rstd, g_residual, dx, std::nullopt, std::nullopt, 0, false, ctx.stream);
+    return dx;
+  }
+
   static void bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
-                      bool deterministic, Tensor dx, Tensor dw, Tensor workspace, int64_t max_ctas) {
+                      bool deterministic, Tensor dx, std::optional<Tensor> dw,
+                      std::optional<Tensor> workspace, int64_t max_ctas, bool accumulate) {
     (void)deterministic;
     STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
     STD_TORCH_CHECK(max_ctas >= 0, "max_ctas must be >= 0");
     auto ctx = StreamOf::enter(x);
-    backward_into(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, ctx.stream);
+    backward_into(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate, ctx.stream);
   }
 };
 
@@ -73,4 +83,5 @@ struct Ops {
   m.impl("fwd_out", TORCH_BOX(&OPS::fwd_out));                        \
   m.impl("fwd_residual_out", TORCH_BOX(&OPS::fwd_residual_out));      \
   m.impl("bwd", TORCH_BOX(&OPS::bwd));                                \
+  m.impl("bwd_dx", TORCH_BOX(&OPS::bwd_dx));                          \
   m.impl("bwd_out", TORCH_BOX(&OPS::bwd_out))

@@ -14,6 +14,7 @@ from ._version import __version__
 from ._lib import built_archs, library_path, ops, windows as _windows
 from . import _registrations  # noqa: F401  (fakes and autograd of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
+from .nn import PatchReport, RMSNorm, patch, patched, unpatch
 from .functional import (
     cake_rmsnorm_train_backward,
     cake_rmsnorm_train_backward_workspace,
@@ -117,4 +118,9 @@ __all__ = [
     "get_include",
     "get_library_path",
     "ops",
+    "RMSNorm",
+    "patch",
+    "unpatch",
+    "patched",
+    "PatchReport",
 ]

@@ -99,6 +99,14 @@ def _collapsible(t: torch.Tensor) -> bool:
     return True
 
 
+def collapsible_or_copy(t: torch.Tensor) -> torch.Tensor:
+    """t, or a contiguous copy when its layout breaks the N-D rule: for callers that must take
+    any layout (incoming gradients, the nn.Module drop-in)."""
+    if t.dim() > 2 and ((t.shape[-1] > 1 and t.stride(-1) != 1) or not _collapsible(t)):
+        return t.contiguous()
+    return t
+
+
 def _aligned_rows(t: torch.Tensor) -> bool:
     """A [rows, hidden] view the kernels read and write in place."""
     es = t.element_size()

@@ -33,8 +33,13 @@ def _bwd_fake(g, x, w, rstd, g_residual, deterministic):
     return x.new_empty(x.shape), x.new_empty(x.shape[1:], dtype=torch.float32)
 
 
+@torch.library.register_fake(f"{_NS}::bwd_dx")
+def _bwd_dx_fake(g, x, w, rstd, g_residual):
+    return x.new_empty(x.shape)
+
+
 @torch.library.register_fake(f"{_NS}::bwd_out")
-def _bwd_out_fake(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, max_ctas=0):
+def _bwd_out_fake(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, max_ctas=0, accumulate=False):
     return None
 
 

@@ -190,7 +190,9 @@ def cake_rmsnorm_train_backward(
     workspace: Optional[torch.Tensor] = None,
     dx: Optional[torch.Tensor] = None,
     dw: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    weight_grad: bool = True,
+    accumulate: bool = False,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Fused RMSNorm backward: dx of x's dtype and the FP32 weight gradient dw.
 
     With ``xhat = x * rstd``: ``dx = rstd * (g*w - mean(g*w*xhat) * xhat)`` (plus
@@ -219,16 +221,27 @@ def cake_rmsnorm_train_backward(
         (dx and dw given too), so the call can be captured in a CUDA graph.
     dx, dw : torch.Tensor, optional
         Preallocated outputs (dx of x's shape and dtype, FP32 dw [H]); any layout.
+    weight_grad : bool
+        False skips the weight gradient and its work (a frozen weight): returns (dx, None).
+    accumulate : bool
+        With ``dw`` given: ``dw += sum_rows(g * xhat)`` (the compensated sum is added with one
+        rounding), e.g. into an FP32 ``main_grad`` buffer, instead of overwriting it.
 
     Returns
     -------
-    (dx, dw)
+    (dx, dw), dw None when ``weight_grad`` is False.
     """
     C.check_activation(x)
     C.check_like(g, x, "g")
     C.check_weight(w, x)
     C.check_rstd(rstd, x)
     C.check_bool(deterministic, "deterministic")
+    C.check_bool(weight_grad, "weight_grad")
+    C.check_bool(accumulate, "accumulate")
+    if accumulate and dw is None:
+        raise ValueError("accumulate needs dw, the buffer to add the weight gradient into")
+    if not weight_grad and (dw is not None or accumulate):
+        raise ValueError("dw and accumulate need weight_grad=True")
     if g_residual is not None:
         C.check_like(g_residual, x, "g_residual")
     hidden = x.shape[-1]
@@ -259,6 +272,8 @@ def cake_rmsnorm_train_backward(
     w1 = w if w.is_contiguous() else w.contiguous()
     s1 = rstd.reshape(-1)
     s1 = s1 if s1.is_contiguous() else s1.contiguous()
+    if not weight_grad and dx is None:
+        return ops.bwd_dx(g2, x2, w1, s1, gr2).view(x.shape), None
     if dx is None and dw is None and workspace is None:
         dx2, dw1 = ops.bwd(g2, x2, w1, s1, gr2, deterministic)
         return dx2.view(x.shape), dw1
@@ -266,11 +281,19 @@ def cake_rmsnorm_train_backward(
     dx_d = C.writable_rows(dx) if dx is not None else None
     dw_d = dw if dw is not None and dw.is_contiguous() and (C._fake(dw) or dw.data_ptr() % 16 == 0) else None
     dx2 = dx_d if dx_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
-    dw1 = dw_d if dw_d is not None else x2.new_empty((hidden,), dtype=torch.float32)
+    if not weight_grad:
+        ops.bwd_out(g2, x2, w1, s1, gr2, deterministic, dx2, None, None)
+        return _deliver(dx2.view(x.shape), dx, dx_d), None
+    if dw_d is not None:
+        dw1 = dw_d
+    elif accumulate:
+        dw1 = dw.contiguous().clone()  # the kernel adds into a dense copy, delivered back
+    else:
+        dw1 = x2.new_empty((hidden,), dtype=torch.float32)
     ws = workspace
     if ws is None:
         ws = x2.new_empty((max(workspace_bytes(rows, hidden), 16),), dtype=torch.uint8)
-    ops.bwd_out(g2, x2, w1, s1, gr2, deterministic, dx2, dw1, ws)
+    ops.bwd_out(g2, x2, w1, s1, gr2, deterministic, dx2, dw1, ws, 0, accumulate)
     return _deliver(dx2.view(x.shape), dx, dx_d), _deliver(dw1, dw, dw_d)
 
 

@@ -110,7 +110,8 @@ void backward(const BwdParams& p) {
       neumaier_add(total, tc, s[j]);
       tc += c[j];
     }
-    p.dw[i] = total + tc;
+    const float sum = total + tc;
+    p.dw[i] = p.accumulate ? p.dw[i] + sum : sum;
   }
 }
 
