@@ -23,7 +23,7 @@ if [ "${CONSUMER:-1}" = 1 ]; then
   cat "$LOG_DIR/consumers.log"
 fi
 if [ -n "${EXAMPLE_ARGS+x}" ]; then
-  step example python examples/train_tiny_llama.py $EXAMPLE_ARGS --json "$LOG_DIR/example.json"
+  step example timeout "${EXAMPLE_TIMEOUT:-300}" python examples/train_tiny_llama.py $EXAMPLE_ARGS --json "$LOG_DIR/example.json"
   cat "$LOG_DIR/example.log"
 fi
 if [ -n "${BENCH_ARGS:-}" ]; then
