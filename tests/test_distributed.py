@@ -73,10 +73,13 @@ def _worker(rank, world, port, mode, device, out):
         if mode == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
         else:
+            from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import fully_shard
+            # An explicit mesh: left to itself FSDP2 picks CUDA whenever a GPU exists.
+            mesh = init_device_mesh(device, (world,))
             for m in (model.norm1, model.norm2, model.inp, model.mid):
-                fully_shard(m)
-            fully_shard(model)
+                fully_shard(m, mesh=mesh)
+            fully_shard(model, mesh=mesh)
         _train(model, _data(device), rank, world)
         inner = model.module if mode == "ddp" else model
         state = {}

@@ -6,6 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$out"
 eval "$(python - <<'PY'
 import os, torch, cake_rmsnorm as cr
 lib = cr.get_library_path()

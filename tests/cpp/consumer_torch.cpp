@@ -30,7 +30,10 @@ int main() {
   at::Tensor dx2 = at::empty_like(dx), dw2 = at::empty({H}, at::kFloat);
   at::Tensor ws = at::empty({static_cast<int64_t>(cake_rmsnorm_backward_workspace_bytes(T, H))}, at::kByte);
   cake_rmsnorm::backward_out(g, h, w, rstd, std::nullopt, dx2, dw2, ws);
-  const bool same = at::equal(dx2, dx) && at::equal(dw2, dw);
+  at::Tensor dx3 = at::empty_like(dx), acc = at::ones({H}, at::kFloat);
+  cake_rmsnorm::backward_out(g, h, w, rstd, std::nullopt, dx3, acc, ws, /*accumulate=*/true);
+  const bool same = at::equal(dx2, dx) && at::equal(dw2, dw) && at::equal(dx3, dx) &&
+                    at::allclose(acc, dw + 1, 1e-6, 1e-6);
 
   std::printf("libtorch: y err %.3g, rstd rel-L2 %.3g, dx err %.3g, dw rel-L2 %.3g, out form equal %d\n", y_err,
               rstd_err, dx_err, dw_err, same);

@@ -53,13 +53,17 @@ inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at
 
 // Writes dx and dw into caller buffers with a caller workspace of at least
 // cake_rmsnorm_backward_workspace_bytes(rows, hidden) bytes: no allocation on the CUDA path.
+// dw = nullopt skips the weight gradient (dx only); accumulate adds into dw (main_grad).
 inline void backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
-                         const std::optional<at::Tensor>& g_residual, at::Tensor& dx, at::Tensor& dw,
-                         at::Tensor& workspace, bool deterministic = true) {
+                         const std::optional<at::Tensor>& g_residual, at::Tensor& dx,
+                         const std::optional<at::Tensor>& dw, const std::optional<at::Tensor>& workspace,
+                         bool accumulate = false, bool deterministic = true) {
+  // The signature must match the schema exactly: the dispatcher boxes the arguments as given.
   static auto h = detail::op<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                  const std::optional<at::Tensor>&, bool, at::Tensor&, at::Tensor&, at::Tensor&,
-                                  int64_t)>("cake_rmsnorm::bwd_out");
-  h.call(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, 0);
+                                  const std::optional<at::Tensor>&, bool, at::Tensor&,
+                                  const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t,
+                                  bool)>("cake_rmsnorm::bwd_out");
+  h.call(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, 0, accumulate);
 }
 
 }  // namespace cake_rmsnorm
