@@ -39,6 +39,10 @@ def _xw(device="cpu", T=4, H=64):
         (dict(out=torch.empty(4, 72, dtype=BF)), ValueError, "out must have shape"),
         (dict(rstd=torch.empty(4, dtype=BF)), TypeError, "rstd must be torch.float32"),
         (dict(rstd=torch.empty(5)), ValueError, "rstd must have shape"),
+        (dict(w=torch.ones(64, dtype=BF, device="meta")), ValueError, "w must be on cpu like x"),
+        (dict(residual=torch.empty(4, 64, dtype=BF, device="meta")), ValueError, "residual must be on cpu like x"),
+        (dict(out=torch.empty(4, 64, dtype=BF, device="meta")), ValueError, "out must be on cpu like x"),
+        (dict(eps=float("inf")), ValueError, "eps must be finite and >= 0"),
     ],
 )
 def test_forward_refusals(kwargs, exc, match):
@@ -111,6 +115,15 @@ def test_device_mismatch_refused():
         (dict(dx=torch.empty(4, 64)), TypeError, "dx must be torch.bfloat16"),
         (dict(dw=torch.empty(64, dtype=BF)), TypeError, "dw must be torch.float32"),
         (dict(dw=torch.empty(63)), ValueError, "dw must have shape"),
+        (dict(g_residual=torch.randn(4, 72, dtype=BF)), ValueError, "g_residual must have x's shape"),
+        (dict(g=torch.randn(4, 64, dtype=BF, device="meta")), ValueError, "g must be on cpu like x"),
+        (dict(rstd=torch.empty(4, device="meta")), ValueError, "rstd must be on cpu like x"),
+        (dict(workspace=torch.empty(1 << 16, dtype=torch.uint8, device="meta")), ValueError,
+         "workspace must be on cpu like x"),
+        (dict(weight_grad=1), TypeError, "weight_grad must be a bool"),
+        (dict(accumulate="yes"), TypeError, "accumulate must be a bool"),
+        (dict(dw=torch.empty(64), weight_grad=False), ValueError, "dw and accumulate need weight_grad=True"),
+        (dict(accumulate=True), ValueError, "accumulate needs dw"),
     ],
 )
 def test_backward_refusals(kwargs, exc, match):

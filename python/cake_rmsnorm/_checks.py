@@ -93,10 +93,9 @@ def _collapsible(t: torch.Tensor) -> bool:
     """Leading dims contiguous with one another in row-major order (size-1 dims free)."""
     if t.numel() == 0:
         return True
-    for i in range(t.dim() - 2):
-        if t.shape[i] != 1 and t.stride(i) != t.stride(i + 1) * t.shape[i + 1]:
-            return False
-    return True
+    # A size-1 dim's stride means nothing: compare neighbours among the other leading dims.
+    lead = [(n, s) for n, s in zip(t.shape[:-1], t.stride()[:-1]) if n != 1]
+    return all(s0 == s1 * n1 for (_, s0), (n1, s1) in zip(lead, lead[1:]))
 
 
 def collapsible_or_copy(t: torch.Tensor) -> torch.Tensor:
