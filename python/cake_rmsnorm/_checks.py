@@ -162,6 +162,8 @@ def _byte_range(t: torch.Tensor):
 
 def check_no_overlap(outputs: dict, inputs: dict) -> None:
     """Outputs may not overlap one another or any input (the kernels stream rows)."""
+    if all(t is None for t in outputs.values()):
+        return
     if any(_fake(t) for t in list(outputs.values()) + list(inputs.values()) if t is not None):
         return
     ranges = {n: _byte_range(t) for n, t in list(outputs.items()) + list(inputs.items()) if t is not None}

@@ -72,6 +72,10 @@ def cake_rmsnorm_train_backward_workspace(rows: int, hidden: int, device=None) -
     return torch.zeros(max(n, 16), dtype=torch.uint8, device=dev)
 
 
+def _shaped(t: torch.Tensor, shape) -> torch.Tensor:
+    return t if t.shape == shape else t.view(shape)
+
+
 def _deliver(result: torch.Tensor, out: Optional[torch.Tensor], direct: Optional[torch.Tensor]):
     """Return the caller's buffer (copying the result in when it was not written directly)."""
     if out is None:
@@ -158,9 +162,9 @@ def cake_rmsnorm_train_forward(
     if out is None and rstd is None and residual_out is None:
         if r2 is None:
             y2, s = ops.fwd(x2, w1, eps)
-            return y2.view(x.shape), s.view(lead)
+            return _shaped(y2, x.shape), _shaped(s, lead)
         y2, s, h2 = ops.fwd_residual(x2, r2, w1, eps)
-        return y2.view(x.shape), s.view(lead), h2.view(x.shape)
+        return _shaped(y2, x.shape), _shaped(s, lead), _shaped(h2, x.shape)
 
     y_d = C.writable_rows(out) if out is not None else None
     s_d = rstd.view(-1) if rstd is not None and rstd.is_contiguous() else None
@@ -273,10 +277,10 @@ def cake_rmsnorm_train_backward(
     s1 = rstd.reshape(-1)
     s1 = s1 if s1.is_contiguous() else s1.contiguous()
     if not weight_grad and dx is None:
-        return ops.bwd_dx(g2, x2, w1, s1, gr2).view(x.shape), None
+        return _shaped(ops.bwd_dx(g2, x2, w1, s1, gr2), x.shape), None
     if dx is None and dw is None and workspace is None:
         dx2, dw1 = ops.bwd(g2, x2, w1, s1, gr2, deterministic)
-        return dx2.view(x.shape), dw1
+        return _shaped(dx2, x.shape), dw1
 
     dx_d = C.writable_rows(dx) if dx is not None else None
     dw_d = dw if dw is not None and dw.is_contiguous() and (C._fake(dw) or dw.data_ptr() % 16 == 0) else None
