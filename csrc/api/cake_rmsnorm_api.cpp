@@ -17,6 +17,18 @@
 namespace {
 
 thread_local std::string g_last_cuda_error;
+thread_local cake::Program g_override[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+
+// The window table's program for the call, or this thread's tuning override.
+bool select_program(bool backward, int hidden, cake::Program* out) {
+  const cake::Program& o = g_override[backward ? 1 : 0];
+  if (o.tpr == 0) {
+    *out = backward ? cake::backward_program(hidden) : cake::forward_program(hidden);
+    return true;
+  }
+  *out = o;
+  return cake::program_valid(o, hidden, backward);
+}
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -96,7 +108,8 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
       (res && (!aligned16(a->residual) || !aligned16(a->h_out) ||
                !stride_aligned(a->residual_row_stride) || !stride_aligned(a->h_row_stride))))
     return CAKE_ERR_MISALIGNED;
-  const cake::Program prog = cake::forward_program(p.hidden);
+  cake::Program prog;
+  if (!select_program(false, p.hidden, &prog)) return CAKE_ERR_INVALID_ARGUMENT;
   p.tpr = prog.tpr;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, stream)
@@ -162,7 +175,8 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
       !stride_aligned(a->dx_row_stride) ||
       (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride))))
     return CAKE_ERR_MISALIGNED;
-  const cake::Program prog = cake::backward_program(p.hidden);
+  cake::Program prog;
+  if (!select_program(true, p.hidden, &prog)) return CAKE_ERR_INVALID_ARGUMENT;
   p.tpr = prog.tpr;
   int grid = p.chunks;
   if (a->max_ctas > 0 && a->max_ctas < grid) grid = a->max_ctas;
@@ -193,6 +207,19 @@ unsigned cake_rmsnorm_built_archs(void) {
 #else
   return 0u;
 #endif
+}
+
+cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt, int ctas_per_sm) {
+  if (direction != 0 && direction != 1) return CAKE_ERR_INVALID_ARGUMENT;
+  if (tpr == 0) {
+    g_override[direction] = cake::Program{0, 0, 0, 0};
+    return CAKE_OK;
+  }
+  const cake::Program p{tpr, cta, vpt, ctas_per_sm};
+  // Width-independent checks now (8 = one vector a row); the rest at each launch.
+  if (!cake::program_valid(p, 8, direction == 1)) return CAKE_ERR_INVALID_ARGUMENT;
+  g_override[direction] = p;
+  return CAKE_OK;
 }
 
 const char* cake_rmsnorm_status_string(cake_status_t status) {

@@ -29,6 +29,16 @@ int g_occ_n = 0;
 std::mutex g_occ_mu;
 }  // namespace
 
+int64_t resident_sms() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
 int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;

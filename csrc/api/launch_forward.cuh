@@ -15,7 +15,8 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
   auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
   const int64_t rpc = prog.cta / prog.tpr;
   int64_t blocks = (p.rows + rpc - 1) / rpc;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, 0);
+  int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, 0);
+  if (prog.ctas_per_sm > 0 && resident > 0) resident = resident_sms() * prog.ctas_per_sm;
   if (resident > 0 && blocks > resident) blocks = resident;
   kernel<<<static_cast<unsigned>(blocks), prog.cta, 0, s>>>(p);
   return static_cast<int>(cudaGetLastError());

@@ -10,4 +10,7 @@ namespace cake {
 // 0 when the query fails (the caller then launches the full grid).
 int64_t resident_ctas(const void* kernel, int threads, size_t smem);
 
+// SMs of the current device (0 when the query fails).
+int64_t resident_sms();
+
 }  // namespace cake

@@ -30,7 +30,22 @@ struct Program {
   int tpr;  // threads per row group, a power of two
   int cta;  // threads per CTA: tpr * rows per CTA
   int vpt;  // 16-byte vectors per thread held in registers (an instantiated value)
+  int ctas_per_sm = 0;  // forward persistent grid: CTAs per SM (0: as many as fit)
 };
+
+// Whether the kernels can run `p` for `hidden` (what a tuning override must satisfy).
+constexpr bool program_valid(const Program& p, int hidden, bool backward) {
+  const int max_threads = backward ? kMaxBwdThreads : kMaxFwdThreads;
+  bool vpt_ok = false;
+  for (int v : kFwdVpts) vpt_ok = vpt_ok || (!backward && v == p.vpt);
+  for (int v : kBwdVpts) vpt_ok = vpt_ok || (backward && v == p.vpt);
+  const bool pow2 = p.tpr > 0 && (p.tpr & (p.tpr - 1)) == 0;
+  const int rpc = p.tpr > 0 ? p.cta / p.tpr : 0;
+  const bool second_pass = hidden / 8 > p.vpt * p.tpr;
+  return vpt_ok && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 && p.cta % p.tpr == 0 &&
+         p.cta <= max_threads && (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
+         (!backward || !second_pass || rpc == 1) && p.ctas_per_sm >= 0;  // in-place dw of the rest
+}
 
 constexpr int pow2_ceil(int v) {
   int p = 1;
@@ -54,7 +69,7 @@ constexpr Program general_program(int hidden, int target, int max_tpr, int min_c
   if (tpr > max_tpr) tpr = max_tpr;
   const int need = (nvec + tpr - 1) / tpr;
   const int cta = tpr < min_cta ? min_cta : tpr;
-  return Program{tpr, cta, instantiated_vpt(need, vpts, n)};
+  return Program{tpr, cta, instantiated_vpt(need, vpts, n), 0};
 }
 
 constexpr int kFwdMinCta = 128;
@@ -75,6 +90,9 @@ static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barri
 static_assert(backward_program(8192).vpt == 4 && backward_program(8192).tpr == 256, "bwd 8192");
 static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).cta == kMaxBwdTpr,
               "rows with a second pass own the CTA (dw of the rest is summed in place)");
+static_assert(program_valid(forward_program(6144), 6144, false) && program_valid(backward_program(6144), 6144, true) &&
+                  program_valid(backward_program(1 << 20), 1 << 20, true),
+              "the general programs are valid");
 static_assert(backward_chunks(1) == 1 && backward_chunks(1 << 20) == kMaxChunks, "chunks");
 
 }  // namespace cake

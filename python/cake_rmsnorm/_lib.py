@@ -40,7 +40,14 @@ _c.cake_rmsnorm_program_windows.restype = ctypes.c_int
 _c.cake_rmsnorm_program_windows.argtypes = [
     ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
 
+_c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
+_c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 5
+
 ARCH_BITS = {90: 0, 100: 1, 103: 2, 107: 3}
+
+
+def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int) -> int:
+    return int(_c.cake_rmsnorm_set_program_override(direction, tpr, cta, vpt, ctas_per_sm))
 
 
 def workspace_bytes(rows: int, hidden: int) -> int:

@@ -110,6 +110,17 @@ CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int
  * (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3: sm_107a); 0 in a CPU-only build. */
 CAKE_API unsigned cake_rmsnorm_built_archs(void);
 
+/* Tuning hook (program sweeps): while set, this thread's CUDA launches of `direction`
+ * (0 forward, 1 backward) use the given program shape instead of the window table's: tpr
+ * threads a row (a power of two), cta threads a CTA (a multiple of tpr and of 32), vpt
+ * register-cached 16-byte vectors a thread (forward 1, 2, 4, 8; backward 1, 2, 4), and for the
+ * forward at most ctas_per_sm CTAs a SM (0: as many as fit). tpr = 0 clears the override. A
+ * shape the kernels cannot run for a call's width makes that call return
+ * CAKE_ERR_INVALID_ARGUMENT. dw bits depend on the backward program's rows per CTA (the
+ * order rows are added within a chunk), y, rstd and dx bits on the threads a row. */
+CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt,
+                                                         int ctas_per_sm);
+
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */
 CAKE_API const char* cake_rmsnorm_last_cuda_error(void);

@@ -1,0 +1,92 @@
+"""Sweep program shapes per (direction, H, T) on the local GPU under the benchmark protocol
+(CUDA graphs, cold L2, paired replays, CUPTI kernel time) and report the fastest candidates
+next to the current table's choice: the measurements the window tables in csrc/dispatch are
+filled from.
+
+    python benchmarks/sweep_programs.py --direction fwd --hidden 512,2048 --tokens 256,4096,65536 \
+        --out sweep-fwd
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+
+import cake_rmsnorm as cr
+from cake_rmsnorm.bench.timing import capture, measure
+from cake_rmsnorm.tuning import BACKWARD, FORWARD, program_override
+
+MAX_THREADS = {"fwd": 512, "bwd": 256}
+VPTS = {"fwd": (1, 2, 4, 8), "bwd": (1, 2, 4)}
+
+
+def candidates(direction, H, ctas_per_sm):
+    nvec = H // 8
+    out = []
+    tpr = 1
+    while tpr <= MAX_THREADS[direction]:
+        vpt = next((v for v in VPTS[direction] if v * tpr >= nvec), None)
+        if vpt is not None and tpr * vpt < 2 * nvec:  # drop groups twice wider than the row
+            for rows in (1, 2, 4, 8, 16, 32, 64, 128):
+                cta = tpr * rows
+                if 32 <= cta <= MAX_THREADS[direction] and (tpr <= 32 or rows < 16):
+                    for cps in (ctas_per_sm if direction == "fwd" else (0,)):
+                        out.append((tpr, cta, vpt, cps))
+        tpr *= 2
+    return out
+
+
+def one(direction, H, T, args):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(T, H, generator=g).bfloat16().cuda()
+    gy = torch.randn(T, H, generator=g).bfloat16().cuda()
+    w = (1 + 0.1 * torch.randn(H, generator=g)).bfloat16().cuda()
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+    y, s = torch.empty_like(x), torch.empty(T, device="cuda")
+    dx, dw = torch.empty_like(x), torch.empty(H, device="cuda")
+    ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
+    key = FORWARD if direction == "fwd" else BACKWARD
+
+    def call():
+        if direction == "fwd":
+            cr.cake_rmsnorm_train_forward(x, w, 1e-6, out=y, rstd=s)
+        else:
+            cr.cake_rmsnorm_train_backward(gy, x, w, rstd, dx=dx, dw=dw, workspace=ws)
+
+    graphs = {"table": capture(call)}
+    for tpr, cta, vpt, cps in candidates(direction, H, args.ctas_per_sm):
+        with program_override(key, tpr, cta, vpt, cps):
+            try:
+                graphs[f"t{tpr}x{cta // tpr}_v{vpt}_c{cps}"] = capture(call)
+            except RuntimeError as e:  # a shape this width cannot run
+                print(f"skip {tpr},{cta},{vpt}: {e}", file=sys.stderr)
+    res = measure(graphs, args.replays)
+    ranked = sorted(res.items(), key=lambda kv: kv[1][0])
+    return {"direction": direction, "H": H, "T": T, "table_us": res["table"][0],
+            "best": [(k, round(v[0], 3)) for k, v in ranked[: args.top]]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--direction", choices=["fwd", "bwd"], default="fwd")
+    p.add_argument("--hidden", default="512,2048,6144", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--tokens", default="256,4096,65536", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--ctas-per-sm", default="0", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--top", type=int, default=3)
+    p.add_argument("--out", default="sweep")
+    args = p.parse_args()
+    rows = []
+    for H in args.hidden:
+        for T in args.tokens:
+            r = one(args.direction, H, T, args)
+            rows.append(r)
+            best = ", ".join(f"{k} {v:.1f}" for k, v in r["best"])
+            print(f"{args.direction} H={H} T={T}: table {r['table_us']:.1f} us; best {best}", flush=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

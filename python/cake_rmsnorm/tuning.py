@@ -1,0 +1,28 @@
+"""Program sweeps: run this thread's CUDA launches with a given program shape instead of the
+window table's, to measure candidates for the tables (csrc/dispatch). Not for training code:
+the tables hold the measured choices, and within a table window a row's outputs do not depend
+on T, which an override can break."""
+
+import contextlib
+
+from ._lib import set_program_override
+
+__all__ = ["program_override", "FORWARD", "BACKWARD"]
+
+FORWARD, BACKWARD = 0, 1
+
+
+@contextlib.contextmanager
+def program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int = 0):
+    """``with program_override(FORWARD, tpr=64, cta=256, vpt=2):`` launches in the block use
+    that shape (threads a row, threads a CTA, register-cached vectors a thread, forward CTAs
+    a SM). Raises ValueError for a shape the kernels can never run; a call whose width the
+    shape cannot serve fails with the C API's invalid-argument status."""
+    if direction not in (FORWARD, BACKWARD):
+        raise ValueError(f"direction must be FORWARD (0) or BACKWARD (1), got {direction!r}")
+    if set_program_override(direction, tpr, cta, vpt, ctas_per_sm) != 0:
+        raise ValueError(f"program (tpr={tpr}, cta={cta}, vpt={vpt}, ctas_per_sm={ctas_per_sm}) cannot run")
+    try:
+        yield
+    finally:
+        set_program_override(direction, 0, 0, 0, 0)
