@@ -9,6 +9,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 HAS_CUDA = torch.cuda.is_available()
 
 
+def pytest_configure(config):
+    # Registered here too: the suite also runs away from the source tree (installed-wheel CI).
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:

@@ -4,6 +4,8 @@ one process training on the same global batch."""
 
 import os
 import socket
+import sys
+import traceback
 
 import pytest
 import torch
@@ -62,6 +64,21 @@ def _reference(device):
 
 
 def _worker(rank, world, port, mode, device, out):
+    # Leaves through os._exit: interpreter teardown after gloo (its background threads) has
+    # been seen to abort a finished rank now and then, which says nothing about the kernels.
+    code = 1
+    try:
+        _train_rank(rank, world, port, mode, device, out)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _train_rank(rank, world, port, mode, device, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     backend = "nccl" if device == "cuda" else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
@@ -88,6 +105,7 @@ def _worker(rank, world, port, mode, device, out):
             state[k] = full.detach().float().cpu()
         if rank == 0:
             torch.save(state, out)
+        dist.barrier()  # every rank's collectives are done before any rank tears gloo down
     finally:
         dist.destroy_process_group()
 
