@@ -42,6 +42,9 @@ def main():
         run(7, H, torch.float16, torch.float32, True)
     run(513, 512, torch.bfloat16, torch.float32, False, stride=520)
     run(4099, 1536, torch.bfloat16, torch.bfloat16, True, max_ctas=7)
+    sat = cr.saturating_workspace_rows()  # the chunk count's edge: it stops growing here
+    for T in (sat - 1, sat, sat + 1):
+        run(T, 2048, torch.bfloat16, torch.bfloat16, False)
     print("sanitize workload done")
 
 
