@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../dispatch/programs.h"
+#include "../dispatch/windows.h"
 #include "../kernels/cpu/rmsnorm_cpu.h"
 #include "../kernels/params.h"
 #if CAKE_WITH_CUDA
@@ -20,21 +21,26 @@ thread_local std::string g_last_cuda_error;
 thread_local cake::Program g_override[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 
 // The window table's program for the call, or this thread's tuning override.
-bool select_program(bool backward, int hidden, cake::Program* out) {
+[[maybe_unused]] bool select_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
+  const bool backward = route == cake::Route::kBwd || route == cake::Route::kBwdResidual;
   const cake::Program& o = g_override[backward ? 1 : 0];
   if (o.tpr == 0) {
-    *out = backward ? cake::backward_program(hidden) : cake::forward_program(hidden);
+#if CAKE_WITH_CUDA
+    *out = cake::select_program(route, hidden, rows, cake::device_sm());
+#else
+    *out = cake::select_program(route, hidden, rows, 90);
+#endif
     return true;
   }
   *out = o;
-  return cake::program_valid(o, hidden, backward);
+  return cake::program_valid(o, static_cast<int>(hidden), backward);
 }
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool stride_ok(int64_t stride, int64_t hidden) { return stride >= hidden; }
 // 16-bit rows of a 16-byte vector kernel: the row stride in bytes is a multiple of 16.
-bool stride_aligned(int64_t stride) { return (stride * 2) % 16 == 0; }
+[[maybe_unused]] bool stride_aligned(int64_t stride) { return (stride * 2) % 16 == 0; }
 
 cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t hidden) {
   if (!is_16bit(x)) return CAKE_ERR_UNSUPPORTED;
@@ -44,7 +50,7 @@ cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t 
   return CAKE_OK;
 }
 
-cake_status_t cuda_status(int code) {
+[[maybe_unused]] cake_status_t cuda_status(int code) {
 #if CAKE_WITH_CUDA
   if (code == 0) return CAKE_OK;
   g_last_cuda_error = cake::cuda_error_string(code);
@@ -109,7 +115,8 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
                !stride_aligned(a->residual_row_stride) || !stride_aligned(a->h_row_stride))))
     return CAKE_ERR_MISALIGNED;
   cake::Program prog;
-  if (!select_program(false, p.hidden, &prog)) return CAKE_ERR_INVALID_ARGUMENT;
+  if (!select_program(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, &prog))
+    return CAKE_ERR_INVALID_ARGUMENT;
   p.tpr = prog.tpr;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, stream)
@@ -176,7 +183,8 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
       (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride))))
     return CAKE_ERR_MISALIGNED;
   cake::Program prog;
-  if (!select_program(true, p.hidden, &prog)) return CAKE_ERR_INVALID_ARGUMENT;
+  if (!select_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
+    return CAKE_ERR_INVALID_ARGUMENT;
   p.tpr = prog.tpr;
   int grid = p.chunks;
   if (a->max_ctas > 0 && a->max_ctas < grid) grid = a->max_ctas;

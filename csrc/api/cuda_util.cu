@@ -29,6 +29,17 @@ int g_occ_n = 0;
 std::mutex g_occ_mu;
 }  // namespace
 
+int device_sm() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return 10 * major + minor;
+}
+
 int64_t resident_sms() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

@@ -47,6 +47,17 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   return 1;
 }
 
+// The program a launch of `rows` rows uses: the one whose window holds rows. An architecture
+// without a table of its own (no fatbin ships for it) takes the sm_90a table.
+inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm) {
+  Window w[16];
+  const int n = windows_for(route, hidden, arch_known(sm) ? sm : 90, w, 16);
+  for (int i = 0; i < n && i < 16; ++i)
+    if (rows > w[i].above && (w[i].at_most < 0 || rows <= w[i].at_most)) return w[i].program;
+  const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
+  return fwd ? forward_program(static_cast<int>(hidden)) : backward_program(static_cast<int>(hidden));
+}
+
 // "general_t256x1_v4": threads per row, rows per CTA, vectors per thread.
 inline void program_name(const Program& p, char* buf, size_t n) {
   snprintf(buf, n, "general_t%dx%d_v%d", p.tpr, p.cta / p.tpr, p.vpt);

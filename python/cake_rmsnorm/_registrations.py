@@ -43,11 +43,6 @@ def _bwd_out_fake(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, m
     return None
 
 
-def _rows(t):
-    # The ops take [rows, hidden] with a contiguous feature dimension and 16-byte rows.
-    return t if t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 else t.contiguous()
-
-
 def _dw_as(dw, w):
     return dw if w.dtype == torch.float32 else dw.to(w.dtype)
 
@@ -61,7 +56,7 @@ def _fwd_setup(ctx, inputs, output):
 
 def _fwd_backward(ctx, grad_y, grad_rstd):
     x, w, rstd = ctx.saved_tensors
-    dx, dw = ops.bwd(_rows(grad_y), x, w, rstd, None, True)
+    dx, dw = ops.bwd(grad_y, x, w, rstd, None, True)  # the op copies layouts it cannot read
     return dx, _dw_as(dw, w), None
 
 
@@ -76,8 +71,7 @@ def _fwd_residual_backward(ctx, grad_y, grad_rstd, grad_h):
     h, w, rstd = ctx.saved_tensors
     if grad_y is None:
         grad_y = torch.zeros_like(h)
-    g_res = None if grad_h is None else _rows(grad_h)
-    dx, dw = ops.bwd(_rows(grad_y), h, w, rstd, g_res, True)
+    dx, dw = ops.bwd(grad_y, h, w, rstd, grad_h, True)
     return dx, dx, _dw_as(dw, w), None
 
 
