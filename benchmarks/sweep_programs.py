@@ -18,21 +18,31 @@ from cake_rmsnorm.bench.timing import capture, measure
 from cake_rmsnorm.tuning import BACKWARD, FORWARD, program_override
 
 MAX_THREADS = {"fwd": 512, "bwd": 256}
-VPTS = {"fwd": (1, 2, 4, 8), "bwd": (1, 2, 4)}
+VPTS = {"fwd": (1, 2, 3, 4, 6, 8), "bwd": (1, 2, 3, 4)}
+SMEM_LIMIT = 227 * 1024
 
 
-def candidates(direction, H, ctas_per_sm):
+def ring_bytes(direction, cta, vpt, stages):
+    if direction == "fwd":
+        return stages * vpt * cta * 16
+    return stages * cta * (2 * vpt * 16 + 4)
+
+
+def candidates(direction, H, ctas_per_sm, stage_list, rows_list):
     nvec = H // 8
     out = []
     tpr = 1
     while tpr <= MAX_THREADS[direction]:
         vpt = next((v for v in VPTS[direction] if v * tpr >= nvec), None)
         if vpt is not None and tpr * vpt < 2 * nvec:  # drop groups twice wider than the row
-            for rows in (1, 2, 4, 8, 16, 32, 64, 128):
+            for rows in rows_list:
                 cta = tpr * rows
                 if 32 <= cta <= MAX_THREADS[direction] and (tpr <= 32 or rows < 16):
-                    for cps in (ctas_per_sm if direction == "fwd" else (0,)):
-                        out.append((tpr, cta, vpt, cps))
+                    for stages in stage_list:
+                        if ring_bytes(direction, cta, vpt, stages) > SMEM_LIMIT:
+                            continue
+                        for cps in ctas_per_sm:
+                            out.append((tpr, cta, vpt, cps, stages))
         tpr *= 2
     return out
 
@@ -55,12 +65,12 @@ def one(direction, H, T, args):
             cr.cake_rmsnorm_train_backward(gy, x, w, rstd, dx=dx, dw=dw, workspace=ws)
 
     graphs = {"table": capture(call)}
-    for tpr, cta, vpt, cps in candidates(direction, H, args.ctas_per_sm):
-        with program_override(key, tpr, cta, vpt, cps):
+    for tpr, cta, vpt, cps, stages in candidates(direction, H, args.ctas_per_sm, args.stages, args.rows):
+        with program_override(key, tpr, cta, vpt, cps, stages):
             try:
-                graphs[f"t{tpr}x{cta // tpr}_v{vpt}_c{cps}"] = capture(call)
+                graphs[f"t{tpr}x{cta // tpr}_v{vpt}_s{stages}_c{cps}"] = capture(call)
             except RuntimeError as e:  # a shape this width cannot run
-                print(f"skip {tpr},{cta},{vpt}: {e}", file=sys.stderr)
+                print(f"skip {tpr},{cta},{vpt},{stages}: {e}", file=sys.stderr)
     res = measure(graphs, args.replays)
     ranked = sorted(res.items(), key=lambda kv: kv[1][0])
     return {"direction": direction, "H": H, "T": T, "table_us": res["table"][0],
@@ -73,6 +83,9 @@ def main():
     p.add_argument("--hidden", default="512,2048,6144", type=lambda s: [int(v) for v in s.split(",")])
     p.add_argument("--tokens", default="256,4096,65536", type=lambda s: [int(v) for v in s.split(",")])
     p.add_argument("--ctas-per-sm", default="0", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--stages", default="2,3,4", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--rows", default="1,2,4,8", type=lambda s: [int(v) for v in s.split(",")],
+                   help="row groups per CTA to try")
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--top", type=int, default=3)
     p.add_argument("--out", default="sweep")
@@ -82,6 +95,8 @@ def main():
         for T in args.tokens:
             r = one(args.direction, H, T, args)
             rows.append(r)
+            with open(args.out + ".json", "w") as f:  # partial results survive a time limit
+                json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
             best = ", ".join(f"{k} {v:.1f}" for k, v in r["best"])
             print(f"{args.direction} H={H} T={T}: table {r['table_us']:.1f} us; best {best}", flush=True)
     with open(args.out + ".json", "w") as f:

@@ -235,9 +235,11 @@ def test_introspection():
 
 def test_workspace_sizing():
     b = cr.cake_rmsnorm_train_backward_workspace_bytes
-    sat = cr.saturating_workspace_rows()
-    sizes = [b(t, 4096) for t in range(1, 2 * sat, 7)]
-    assert sizes == sorted(sizes), "nondecreasing in rows"
-    assert b(sat, 4096) == b(10 ** 7, 4096), "saturates"
+    for H in (512, 4096, 6144):
+        sat = cr.saturating_workspace_rows(H)
+        sizes = [b(t, H) for t in range(1, 2 * sat, 7)]
+        assert sizes == sorted(sizes), "nondecreasing in rows"
+        assert b(sat, H) == b(10 ** 7, H), "saturates"
+        assert b(sat - 2, H) < b(sat, H), "grows up to the saturating count"
     ws = cr.cake_rmsnorm_train_backward_workspace(100, 4096)
     assert ws.dtype == torch.uint8 and ws.numel() >= b(100, 4096) and (ws == 0).all()

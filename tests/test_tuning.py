@@ -11,7 +11,9 @@ from reference import DW_REL_L2, assert_close_unit, make_rows, make_weight, ref_
 
 
 @pytest.mark.parametrize("args", [(FORWARD, 48, 96, 2), (FORWARD, 64, 96, 2), (FORWARD, 64, 1024, 2),
-                                  (FORWARD, 64, 128, 3), (BACKWARD, 64, 512, 2), (BACKWARD, 64, 128, 8),
+                                  (FORWARD, 64, 128, 5), (BACKWARD, 64, 512, 2), (BACKWARD, 64, 128, 8),
+                                  (FORWARD, 64, 128, 2, 0, 0), (BACKWARD, 64, 128, 2, 0, 5),
+                                  (FORWARD, 512, 512, 8, 0, 4),  # a 256 KiB ring: over the limit
                                   (2, 64, 128, 2)])
 def test_invalid_programs_refused(args):
     with pytest.raises(ValueError):
@@ -30,20 +32,24 @@ def test_candidates_are_correct(H, gen):
     y_ref, rstd_ref, _ = ref_forward(x, w, 1e-6)
     dx_ref, dw_ref = ref_backward(g, x, w, 1e-6)
     nvec = H // 8
+    dw_bits = None
     for tpr in (8, 32, 64, 128, 256):
-        for rows in (1, 2, 4):
+        for rows, stages in ((1, 1), (2, 2), (4, 3), (1, 4)):
             cta = tpr * rows
             if cta < 32 or cta > 256:
                 continue
-            vpt = next((v for v in (1, 2, 4, 8) if v * tpr >= nvec), 8)
-            with program_override(FORWARD, tpr, cta, vpt, ctas_per_sm=2):
+            vpt = next((v for v in (1, 2, 3, 4, 6, 8) if v * tpr >= nvec), 8)
+            with program_override(FORWARD, tpr, cta, vpt, ctas_per_sm=2, stages=stages):
                 y, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
             assert_close_unit(y, y_ref, f"y tpr={tpr} cta={cta}")
             assert rel_l2(rstd, rstd_ref) <= 1e-5
-            bvpt = next((v for v in (1, 2, 4) if v * tpr >= nvec), 4)
-            if bvpt * tpr < nvec and rows > 1:
-                continue  # the backward's second pass needs one row a CTA
-            with program_override(BACKWARD, tpr, cta, bvpt):
-                dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
+            bvpt = next((v for v in (1, 2, 3, 4) if v * tpr >= nvec), 4)  # wider rows: direct reads
+            with program_override(BACKWARD, tpr, cta, bvpt, stages=stages):
+                dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd_ref)
             assert_close_unit(dx, dx_ref, f"dx tpr={tpr} cta={cta}")
             assert rel_l2(dw, dw_ref) <= DW_REL_L2
+            # dw's reduction tree belongs to (T, H), not to the program: the same bits for all.
+            bits = dw.view(torch.int32)
+            if dw_bits is None:
+                dw_bits = bits
+            assert torch.equal(bits, dw_bits), f"dw bits moved with the program tpr={tpr} cta={cta}"

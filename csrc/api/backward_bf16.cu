@@ -3,8 +3,8 @@
 
 namespace cake {
 
-int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int grid, void* stream) {
-  return launch_backward<__nv_bfloat16>(p, w_fp32, prog, grid, stream);
+int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, void* stream) {
+  return launch_backward<__nv_bfloat16>(p, w_fp32, prog, max_ctas, stream);
 }
 
 }  // namespace cake

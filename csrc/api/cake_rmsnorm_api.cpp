@@ -18,7 +18,7 @@
 namespace {
 
 thread_local std::string g_last_cuda_error;
-thread_local cake::Program g_override[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+thread_local cake::Program g_override[2] = {};
 
 // The window table's program for the call, or this thread's tuning override.
 [[maybe_unused]] bool select_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
@@ -33,7 +33,8 @@ thread_local cake::Program g_override[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
     return true;
   }
   *out = o;
-  return cake::program_valid(o, static_cast<int>(hidden), backward);
+  const bool res = route == cake::Route::kFwdResidual || route == cake::Route::kBwdResidual;
+  return cake::program_valid(o, static_cast<int>(hidden), backward, res);
 }
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
@@ -117,7 +118,6 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   cake::Program prog;
   if (!select_program(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
-  p.tpr = prog.tpr;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, stream)
                                                  : cake::launch_forward_fp16(p, w32, prog, stream);
@@ -161,7 +161,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   p.accumulate = a->accumulate_dw != 0;
   p.rows = a->rows;
   p.hidden = static_cast<int>(a->hidden);
-  p.chunks = static_cast<int>(cake::backward_chunks(a->rows));
+  p.chunks = static_cast<int>(cake::backward_chunks(a->rows, a->hidden));
 
   if (a->device == CAKE_DEVICE_CPU) {
     if (a->rows == 0) {
@@ -185,13 +185,10 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   cake::Program prog;
   if (!select_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
-  p.tpr = prog.tpr;
-  int grid = p.chunks;
-  if (a->max_ctas > 0 && a->max_ctas < grid) grid = a->max_ctas;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16
-                       ? cake::launch_backward_bf16(p, w32, prog, grid, stream)
-                       : cake::launch_backward_fp16(p, w32, prog, grid, stream);
+                       ? cake::launch_backward_bf16(p, w32, prog, a->max_ctas, stream)
+                       : cake::launch_backward_fp16(p, w32, prog, a->max_ctas, stream);
   return cuda_status(code);
 #else
   (void)stream;
@@ -201,13 +198,17 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
 
 size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden) {
   if (rows <= 0 || hidden <= 0) return 0;
-  return static_cast<size_t>(cake::backward_chunks(rows)) * static_cast<size_t>(hidden) *
+  return static_cast<size_t>(cake::backward_chunks(rows, hidden)) * static_cast<size_t>(hidden) *
          sizeof(float);
 }
 
-int64_t cake_rmsnorm_backward_saturating_rows(void) { return cake::backward_saturating_rows(); }
+int64_t cake_rmsnorm_backward_saturating_rows(int64_t hidden) {
+  return hidden > 0 ? cake::backward_saturating_rows(hidden) : -1;
+}
 
-int64_t cake_rmsnorm_backward_chunks(int64_t rows) { return cake::backward_chunks(rows); }
+int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden) {
+  return hidden > 0 ? cake::backward_chunks(rows, hidden) : -1;
+}
 
 unsigned cake_rmsnorm_built_archs(void) {
 #ifdef CAKE_BUILT_ARCH_MASK
@@ -217,15 +218,16 @@ unsigned cake_rmsnorm_built_archs(void) {
 #endif
 }
 
-cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt, int ctas_per_sm) {
+cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt, int ctas_per_sm,
+                                                int stages) {
   if (direction != 0 && direction != 1) return CAKE_ERR_INVALID_ARGUMENT;
   if (tpr == 0) {
-    g_override[direction] = cake::Program{0, 0, 0, 0};
+    g_override[direction] = cake::Program{};
     return CAKE_OK;
   }
-  const cake::Program p{tpr, cta, vpt, ctas_per_sm};
-  // Width-independent checks now (8 = one vector a row); the rest at each launch.
-  if (!cake::program_valid(p, 8, direction == 1)) return CAKE_ERR_INVALID_ARGUMENT;
+  const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages};
+  // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
+  if (!cake::program_valid(p, 8, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_override[direction] = p;
   return CAKE_OK;
 }

@@ -23,7 +23,8 @@ struct OccEntry {
   size_t smem;
   int64_t value;
 };
-constexpr int kOccCache = 256;  // more than the library has (kernel, block size) pairs
+constexpr int kOccCache = 1024;  // more than the library has (kernel, block size, ring) triples
+constexpr size_t kStaticSmem = 256;  // the kernels' static shared memory, rounded up
 OccEntry g_occ[kOccCache];
 int g_occ_n = 0;
 std::mutex g_occ_mu;
@@ -61,8 +62,13 @@ int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
         return e.value;
     }
   }
-  int sms = 0, per_sm = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  // Rings above 48 KB need the opt-in limit; raising it to the device's maximum once serves
+  // every ring size of the kernel (occupancy follows the size launched, not the limit).
+  int sms = 0, per_sm = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           optin - static_cast<int>(kStaticSmem)) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) {
     cudaGetLastError();  // leave no sticky error for the launch check
     return 0;

@@ -10,9 +10,9 @@ namespace cake {
 // Each returns 0 on success or the CUDA error code of the launch; `stream` is a cudaStream_t.
 int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream);
 int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream);
-int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int grid,
+int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
                          void* stream);
-int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int grid,
+int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
                          void* stream);
 const char* cuda_error_string(int code);
 int zero_floats(float* p, int64_t n, void* stream);

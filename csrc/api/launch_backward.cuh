@@ -1,40 +1,76 @@
-// Backward launcher template: the dx + dw-partials kernel, then the chunk-order finalize.
+// Backward launcher template: the dx + dw-partials kernel on a grid of at most the resident
+// CTAs, then the chunk-order finalize, launched as a programmatic dependent (it is resident
+// and waiting when the main kernel's last CTA ends, instead of paying a launch gap).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "../kernels/backward.cuh"
 #include "launch.h"
+#include "occupancy.h"
 
 namespace cake {
 
-template <typename T, typename WT, bool RES>
-int launch_backward_vpt(const BwdParams& p, const Program& prog, int grid, cudaStream_t s) {
-  const int rpc = prog.cta / prog.tpr;
-  const size_t smem = sizeof(float) * (32 + (rpc > 1 ? size_t(prog.cta) * prog.vpt * 8 : 0));
-  switch (prog.vpt) {
-    case 1: rmsnorm_bwd_kernel<T, WT, RES, 1><<<grid, prog.cta, smem, s>>>(p); break;
-    case 2: rmsnorm_bwd_kernel<T, WT, RES, 2><<<grid, prog.cta, smem, s>>>(p); break;
-    case 4: rmsnorm_bwd_kernel<T, WT, RES, 4><<<grid, prog.cta, smem, s>>>(p); break;
-    default: return static_cast<int>(cudaErrorInvalidConfiguration);
-  }
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
-  dw_finalize_kernel<32 * kFinalizeLanes><<<(p.hidden + 31) / 32, 32 * kFinalizeLanes, 0, s>>>(p.partials, p.chunks, p.hidden, p.dw,
-                                                                              p.accumulate);
+inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
+  constexpr int kThreads = 32 * kFinalizeLanes;
+  auto kernel = dw_finalize_kernel<kThreads>;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((p.hidden + 31) / 32);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const float* partials = p.partials;
+  if (cudaLaunchKernelEx(&cfg, kernel, partials, p.chunks, p.hidden, p.dw, p.accumulate) == cudaSuccess)
+    return 0;
+  cudaGetLastError();  // no programmatic launch here (driver or capture): a plain one
+  kernel<<<cfg.gridDim, cfg.blockDim, 0, s>>>(partials, p.chunks, p.hidden, p.dw, p.accumulate);
   return static_cast<int>(cudaGetLastError());
 }
 
+template <typename T, typename WT, bool RES, int VPT>
+int launch_backward_kernel(const BwdParams& p, const Program& prog, int max_ctas, cudaStream_t s) {
+  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT>;
+  const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
+  const int rpc = prog.cta / prog.tpr;
+  int64_t grid = (p.chunks + rpc - 1) / rpc;
+  int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);
+  if (prog.ctas_per_sm > 0 && resident > 0) resident = resident_sms() * prog.ctas_per_sm;
+  if (resident > 0 && grid > resident) grid = resident;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  BwdParams q = p;
+  q.tpr = prog.tpr;
+  q.stages = prog.stages;
+  kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
+  return launch_finalize(q, s);
+}
+
+template <typename T, typename WT, bool RES>
+int launch_backward_vpt(const BwdParams& p, const Program& prog, int max_ctas, cudaStream_t s) {
+  switch (prog.vpt) {
+    case 1: return launch_backward_kernel<T, WT, RES, 1>(p, prog, max_ctas, s);
+    case 2: return launch_backward_kernel<T, WT, RES, 2>(p, prog, max_ctas, s);
+    case 3: return launch_backward_kernel<T, WT, RES, 3>(p, prog, max_ctas, s);
+    case 4: return launch_backward_kernel<T, WT, RES, 4>(p, prog, max_ctas, s);
+    default: return static_cast<int>(cudaErrorInvalidConfiguration);
+  }
+}
+
 template <typename T>
-int launch_backward(const BwdParams& p, bool w_fp32, const Program& prog, int grid, void* stream) {
+int launch_backward(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool res = p.gr != nullptr;
   if (w_fp32) {
-    return res ? launch_backward_vpt<T, float, true>(p, prog, grid, s)
-               : launch_backward_vpt<T, float, false>(p, prog, grid, s);
+    return res ? launch_backward_vpt<T, float, true>(p, prog, max_ctas, s)
+               : launch_backward_vpt<T, float, false>(p, prog, max_ctas, s);
   }
-  return res ? launch_backward_vpt<T, T, true>(p, prog, grid, s)
-             : launch_backward_vpt<T, T, false>(p, prog, grid, s);
+  return res ? launch_backward_vpt<T, T, true>(p, prog, max_ctas, s)
+             : launch_backward_vpt<T, T, false>(p, prog, max_ctas, s);
 }
 
 }  // namespace cake

@@ -1,5 +1,6 @@
 // Forward launcher template: picks the instantiation for (weight dtype, residual, VPT) and
-// launches a persistent grid of at most the resident CTAs (one wave; CTAs stride over rows).
+// launches a persistent grid of at most the resident CTAs (one wave; row groups stride over
+// rows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,12 +14,16 @@ namespace cake {
 template <typename T, typename WT, bool RES, int VPT>
 int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t s) {
   auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
+  const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int64_t rpc = prog.cta / prog.tpr;
   int64_t blocks = (p.rows + rpc - 1) / rpc;
-  int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, 0);
+  int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);
   if (prog.ctas_per_sm > 0 && resident > 0) resident = resident_sms() * prog.ctas_per_sm;
   if (resident > 0 && blocks > resident) blocks = resident;
-  kernel<<<static_cast<unsigned>(blocks), prog.cta, 0, s>>>(p);
+  FwdParams q = p;
+  q.tpr = prog.tpr;
+  q.stages = prog.stages;
+  kernel<<<static_cast<unsigned>(blocks), prog.cta, smem, s>>>(q);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -27,7 +32,9 @@ int launch_forward_vpt(const FwdParams& p, const Program& prog, cudaStream_t s) 
   switch (prog.vpt) {
     case 1: return launch_forward_kernel<T, WT, RES, 1>(p, prog, s);
     case 2: return launch_forward_kernel<T, WT, RES, 2>(p, prog, s);
+    case 3: return launch_forward_kernel<T, WT, RES, 3>(p, prog, s);
     case 4: return launch_forward_kernel<T, WT, RES, 4>(p, prog, s);
+    case 6: return launch_forward_kernel<T, WT, RES, 6>(p, prog, s);
     case 8: return launch_forward_kernel<T, WT, RES, 8>(p, prog, s);
     default: return static_cast<int>(cudaErrorInvalidConfiguration);
   }

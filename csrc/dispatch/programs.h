@@ -9,42 +9,61 @@
 namespace cake {
 
 // The compile-time vector caches that are instantiated (vectors per thread).
-constexpr int kFwdVpts[] = {1, 2, 4, 8};
-constexpr int kBwdVpts[] = {1, 2, 4};
+constexpr int kFwdVpts[] = {1, 2, 3, 4, 6, 8};
+constexpr int kBwdVpts[] = {1, 2, 3, 4};
+constexpr int kNumFwdVpts = sizeof(kFwdVpts) / sizeof(int);
+constexpr int kNumBwdVpts = sizeof(kBwdVpts) / sizeof(int);
 constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
 
-// dw partial chunks for `rows` rows: a function of rows alone, never of the device, so the
-// dw reduction tree (and its bits) is the same on every GPU and on the CPU path.
-constexpr int64_t kMaxChunks = 256;
+// dw partial chunks for `rows` rows of width `hidden`: a function of (rows, hidden) alone,
+// never of the device or the program, so the dw reduction tree (and its bits) is the same on
+// every GPU and on the CPU path. At least two rows a chunk; at most about as many chunks as
+// an H200 holds row groups of that width at once (one wave, no tail), which keeps the FP32
+// partials near 1-2 % of the backward's traffic at large T.
 constexpr int64_t kRowsPerChunkMin = 2;
-constexpr int64_t backward_chunks(int64_t rows) {
-  return rows <= 0 ? 0
-                   : ((rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin < kMaxChunks
-                          ? (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin
-                          : kMaxChunks);
+constexpr int64_t max_chunks(int64_t hidden) {
+  return hidden <= 2048 ? 1024 : (hidden <= 4096 ? 512 : 256);
 }
-constexpr int64_t backward_saturating_rows() { return kMaxChunks * kRowsPerChunkMin; }
+constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
+  return rows <= 0 ? 0
+                   : ((rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin < max_chunks(hidden)
+                          ? (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin
+                          : max_chunks(hidden));
+}
+// Rows from which the chunk count (and the workspace) stops growing.
+constexpr int64_t backward_saturating_rows(int64_t hidden) {
+  return max_chunks(hidden) * kRowsPerChunkMin;
+}
 
 struct Program {
   int tpr;  // threads per row group, a power of two
-  int cta;  // threads per CTA: tpr * rows per CTA
-  int vpt;  // 16-byte vectors per thread held in registers (an instantiated value)
-  int ctas_per_sm = 0;  // forward persistent grid: CTAs per SM (0: as many as fit)
+  int cta;  // threads per CTA: tpr * row groups per CTA
+  int vpt;  // 16-byte vectors per thread held in the ring (an instantiated value)
+  int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
+  int stages = 1;       // cp.async ring depth, 1..kMaxStages
 };
 
-// Whether the kernels can run `p` for `hidden` (what a tuning override must satisfy).
-constexpr bool program_valid(const Program& p, int hidden, bool backward) {
+constexpr bool vpt_instantiated(int vpt, bool backward) {
+  bool ok = false;
+  for (int v : kFwdVpts) ok = ok || (!backward && v == vpt);
+  for (int v : kBwdVpts) ok = ok || (backward && v == vpt);
+  return ok;
+}
+
+// Whether the kernels can run `p` on a route with (res) or without a residual stream (what a
+// tuning override must satisfy).
+constexpr bool program_valid(const Program& p, int hidden, bool backward, bool res = true) {
   const int max_threads = backward ? kMaxBwdThreads : kMaxFwdThreads;
-  bool vpt_ok = false;
-  for (int v : kFwdVpts) vpt_ok = vpt_ok || (!backward && v == p.vpt);
-  for (int v : kBwdVpts) vpt_ok = vpt_ok || (backward && v == p.vpt);
   const bool pow2 = p.tpr > 0 && (p.tpr & (p.tpr - 1)) == 0;
   const int rpc = p.tpr > 0 ? p.cta / p.tpr : 0;
-  const bool second_pass = hidden / 8 > p.vpt * p.tpr;
-  return vpt_ok && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 && p.cta % p.tpr == 0 &&
-         p.cta <= max_threads && (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
-         (!backward || !second_pass || rpc == 1) && p.ctas_per_sm >= 0;  // in-place dw of the rest
+  const size_t smem = backward ? backward_smem_bytes(p.cta, p.vpt, p.stages, res)
+                               : forward_smem_bytes(p.cta, p.vpt, p.stages, res);
+  (void)hidden;  // any width runs: columns past vpt * tpr vectors take the direct path
+  return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
+         p.cta % p.tpr == 0 && p.cta <= max_threads &&
+         (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
+         p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
 }
 
 constexpr int pow2_ceil(int v) {
@@ -53,46 +72,76 @@ constexpr int pow2_ceil(int v) {
   return p;
 }
 
-constexpr int instantiated_vpt(int need, const int* vpts, int n) {
-  for (int i = 0; i < n; ++i)
-    if (vpts[i] >= need) return vpts[i];
-  return vpts[n - 1];  // wider rows: the kernel's second pass re-reads the rest
-}
-
-// The general program: the narrowest power-of-two group that holds the row in `target`
-// vectors per thread (capped at max_tpr), and as many groups per CTA as fill `min_cta`
-// threads (groups wider than a warp synchronise on named barriers of their own).
-constexpr Program general_program(int hidden, int target, int max_tpr, int min_cta, const int* vpts,
-                                  int n) {
+// The general program's row group: the power-of-two tpr (>= min_tpr, <= max_tpr) and an
+// instantiated VPT that cover the row with the fewest idle vector slots, ties going to the
+// VPT nearest `target` (registers against threads), then to the smaller VPT; rows wider than max_tpr * the largest
+// VPT keep the widest group and read the rest directly.
+constexpr Program row_group(int hidden, int target, int max_tpr, const int* vpts, int n) {
   const int nvec = hidden / 8;
-  int tpr = pow2_ceil((nvec + target - 1) / target);
-  if (tpr > max_tpr) tpr = max_tpr;
-  const int need = (nvec + tpr - 1) / tpr;
-  const int cta = tpr < min_cta ? min_cta : tpr;
-  return Program{tpr, cta, instantiated_vpt(need, vpts, n), 0};
+  Program best{0, 0, 0, 0, 1};
+  int best_waste = 1 << 30, best_dist = 1 << 30;
+  for (int tpr = 1; tpr <= max_tpr; tpr <<= 1) {
+    for (int i = 0; i < n; ++i) {
+      const int cover = tpr * vpts[i];
+      const int waste = cover >= nvec ? cover - nvec : (tpr == max_tpr && i == n - 1 ? 0 : -1);
+      if (waste < 0) continue;
+      const int dist = vpts[i] > target ? vpts[i] - target : target - vpts[i];
+      if (waste < best_waste || (waste == best_waste && dist <= best_dist)) {  // ties: fewer registers
+        best = Program{tpr, 0, vpts[i], 0, 1};
+        best_waste = waste;
+        best_dist = dist;
+      }
+    }
+  }
+  return best;
 }
 
-constexpr int kFwdMinCta = 128;
-constexpr int kBwdMinCta = 256;  // several rows in flight per CTA: the grid is only kMaxChunks
-
-constexpr Program forward_program(int hidden) {
-  return general_program(hidden, 2, kMaxFwdTpr, kFwdMinCta, kFwdVpts, 4);
-}
-constexpr Program backward_program(int hidden) {
-  return general_program(hidden, 4, kMaxBwdTpr, kBwdMinCta, kBwdVpts, 3);
+// Deepest ring (<= kMaxStages) whose CTA stays within `budget` bytes of shared memory.
+constexpr int ring_stages(int cta, int vpt, bool backward, bool res, size_t budget) {
+  int s = kMaxStages;
+  while (s > 1 && (backward ? backward_smem_bytes(cta, vpt, s, res) : forward_smem_bytes(cta, vpt, s, res)) > budget)
+    --s;
+  return s;
 }
 
-static_assert(forward_program(6144).tpr == 512 && forward_program(6144).vpt == 2, "fwd 6144");
-static_assert(backward_program(6144).tpr == 256 && backward_program(6144).vpt == 4, "bwd 6144");
-static_assert(backward_program(512).cta == kBwdMinCta, "narrow rows share a CTA");
-static_assert(backward_program(2048).tpr == 64 && backward_program(2048).cta == 256, "4 rows a CTA");
+// Small launches (few rows) want many small CTAs, so every row lands on its own SM; large
+// ones want CTAs of a few hundred threads.
+constexpr int64_t kSmallRows = 4096;
+constexpr Program with_cta(Program p, int min_cta, bool backward, bool res, size_t budget) {
+  p.cta = p.tpr < min_cta ? min_cta : p.tpr;
+  p.stages = ring_stages(p.cta, p.vpt, backward, res, budget);
+  return p;
+}
+
+constexpr size_t kFwdRingBudget = 48 * 1024;   // >= 4 CTAs an SM
+constexpr size_t kBwdRingBudget = 100 * 1024;  // 2 CTAs an SM
+
+constexpr Program forward_program(int hidden, int64_t rows, bool res = false) {
+  return with_cta(row_group(hidden, 2, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), rows <= kSmallRows ? 32 : 128,
+                  false, res, kFwdRingBudget);
+}
+constexpr Program backward_program(int hidden, int64_t rows, bool res = false) {
+  return with_cta(row_group(hidden, 3, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), rows <= kSmallRows ? 32 : 256,
+                  true, res, kBwdRingBudget);
+}
+
+static_assert(row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).tpr == 256 &&
+                  row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).vpt == 3,
+              "fwd 6144: 256 threads x 3 vectors");
+static_assert(backward_program(6144, 1 << 16).tpr == 256 && backward_program(6144, 1 << 16).vpt == 3, "bwd 6144");
+static_assert(backward_program(512, 1 << 16).cta == 256, "narrow rows share a CTA");
+static_assert(backward_program(1 << 20, 1).tpr == kMaxBwdTpr && backward_program(1 << 20, 1).vpt == 4,
+              "very wide rows: the widest group, the rest read directly");
 static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barriers 1..15 suffice");
-static_assert(backward_program(8192).vpt == 4 && backward_program(8192).tpr == 256, "bwd 8192");
-static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).cta == kMaxBwdTpr,
-              "rows with a second pass own the CTA (dw of the rest is summed in place)");
-static_assert(program_valid(forward_program(6144), 6144, false) && program_valid(backward_program(6144), 6144, true) &&
-                  program_valid(backward_program(1 << 20), 1 << 20, true),
+static_assert(program_valid(forward_program(6144, 1), 6144, false) &&
+                  program_valid(forward_program(6144, 1 << 20), 6144, false) &&
+                  program_valid(backward_program(6144, 1 << 20), 6144, true) &&
+                  program_valid(backward_program(1 << 20, 1 << 20, true), 1 << 20, true, true) &&
+                  program_valid(forward_program(6144, 1 << 20, true), 6144, false, true) &&
+                  program_valid(backward_program(8, 1), 8, true),
               "the general programs are valid");
-static_assert(backward_chunks(1) == 1 && backward_chunks(1 << 20) == kMaxChunks, "chunks");
+static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) == 256 &&
+                  backward_chunks(1 << 20, 512) == 1024,
+              "chunks");
 
 }  // namespace cake

@@ -1,6 +1,7 @@
 // Per-architecture window tables: (route, hidden, T window) -> program. Every architecture
-// currently serves every width with the general program over one window (0, inf); tuned
-// programs add rows here. CUDA-free and torch-free.
+// serves every width with the general programs over two windows, (0, kSmallRows] and
+// (kSmallRows, inf), which differ only in CTA size and ring depth (so a row's outputs are the
+// same in both); tuned programs add rows here. CUDA-free and torch-free.
 #pragma once
 
 #include <stdint.h>
@@ -41,10 +42,15 @@ inline bool arch_known(int sm) {
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
   if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
   const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
-  const Program prog = fwd ? forward_program(static_cast<int>(hidden))
-                           : backward_program(static_cast<int>(hidden));
-  if (cap > 0) out[0] = Window{0, -1, prog};
-  return 1;
+  const bool res = route == Route::kFwdResidual || route == Route::kBwdResidual;
+  const int h = static_cast<int>(hidden);
+  const int64_t edges[2][2] = {{0, kSmallRows}, {kSmallRows, -1}};
+  for (int i = 0; i < 2 && i < cap; ++i) {
+    const int64_t rows = i == 0 ? 1 : kSmallRows + 1;
+    out[i] = Window{edges[i][0], edges[i][1],
+                    fwd ? forward_program(h, rows, res) : backward_program(h, rows, res)};
+  }
+  return 2;
 }
 
 // The program a launch of `rows` rows uses: the one whose window holds rows. An architecture
@@ -55,12 +61,14 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
   for (int i = 0; i < n && i < 16; ++i)
     if (rows > w[i].above && (w[i].at_most < 0 || rows <= w[i].at_most)) return w[i].program;
   const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
-  return fwd ? forward_program(static_cast<int>(hidden)) : backward_program(static_cast<int>(hidden));
+  const bool res = route == Route::kFwdResidual || route == Route::kBwdResidual;
+  return fwd ? forward_program(static_cast<int>(hidden), rows, res)
+             : backward_program(static_cast<int>(hidden), rows, res);
 }
 
-// "general_t256x1_v4": threads per row, rows per CTA, vectors per thread.
+// "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages.
 inline void program_name(const Program& p, char* buf, size_t n) {
-  snprintf(buf, n, "general_t%dx%d_v%d", p.tpr, p.cta / p.tpr, p.vpt);
+  snprintf(buf, n, "general_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
 }
 
 }  // namespace cake

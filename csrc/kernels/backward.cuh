@@ -3,91 +3,100 @@
 #pragma once
 
 #include "params.h"
+#include "pipeline.cuh"
 #include "reduce.cuh"
 #include "vec.cuh"
 
 namespace cake {
 
-// Chunk c of p.chunks (a function of rows alone) covers a fixed row range; CTAs stride over
-// chunks, so the grid size changes neither dx nor the dw bits. Inside a chunk, group j of a
-// CTA takes rows begin + j, begin + j + rpc, ...; each thread owns the same columns for every
-// row and sums g * xhat for them in Kahan-compensated FP32 registers; the groups are then added
-// in group order through shared memory and the chunk's partial row is written to p.partials.
-// Columns past VPT * tpr vectors (very wide rows, where rpc == 1) are summed, uncompensated,
-// straight into the partial row.
+// dw partials are per chunk: chunk c of p.chunks (a function of rows and hidden alone) covers
+// rows [chunk_begin(c), chunk_begin(c + 1)) and one row group sums it, row by row in order, in
+// Kahan-compensated FP32 (products and sums rounded explicitly: never contracted into FMAs),
+// exactly as the CPU path does; so the dw bits depend on neither the program, the grid nor
+// the device. Group j of CTA b takes chunks b * rpc + j, then every gridDim.x * rpc-th.
+// Inside a chunk the rows come through the same cp.async ring as the forward's; columns past
+// VPT * tpr vectors (very wide rows) are read directly, and their dw is summed in a second,
+// column-wise sweep over the chunk.
 template <typename T, typename WT, bool RES, int VPT>
-__global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdParams p) {
-  extern __shared__ float smem[];  // [32] scratch, then rpc * VPT * tpr * 8 when rpc > 1
-  float* scratch = smem;
-  float* stage = smem + 32;
-  const int tpr = p.tpr;
-  const int rpc = blockDim.x / tpr;
+__global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
+  extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
+  __shared__ float scratch[32];
+  pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
+  constexpr int kStreams = RES ? 3 : 2;
+  const int tpr = p.tpr, cta = blockDim.x, stages = p.stages;
+  const int rpc = cta / tpr;
   const int group = threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
   const int nvec = p.hidden / kVec;
   const bool want_dw = p.dw != nullptr;
+  // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
+  // its rstd of stage s: rbase + s * cta * 4.
+  const uint32_t base = smem_addr(ring) + threadIdx.x * 16u;
+  const uint32_t kstep = cta * 16u;
+  const uint32_t sstep = kStreams * VPT * kstep;
+  const uint32_t rbase = smem_addr(ring) + stages * sstep + threadIdx.x * 4u;
 
-  float wf[VPT][kVec];
+  WVec<WT> wv[VPT];
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = lane + k * tpr;
-    if (v < nvec) {
-      WeightLoader<WT>::load(p.w, v * kVec, wf[k]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) wf[k][i] = 0.f;
-    }
-  }
+  for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
 
-  for (int c = blockIdx.x; c < p.chunks; c += gridDim.x) {
+  for (int c = blockIdx.x * rpc + group; c < p.chunks; c += gridDim.x * rpc) {
     const int64_t begin = chunk_begin(c, p.rows, p.chunks);
     const int64_t end = chunk_begin(c + 1, p.rows, p.chunks);
-    float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
+    auto issue = [&](int64_t row, int s) {
+      const bool valid = row < end;
+      const int64_t r = valid ? row : begin;
+      const T* g = static_cast<const T*>(p.g) + r * p.g_stride + lane * kVec;
+      const T* x = static_cast<const T*>(p.x) + r * p.x_stride + lane * kVec;
+      const T* gr = RES ? static_cast<const T*>(p.gr) + r * p.gr_stride + lane * kVec : nullptr;
+      const uint32_t dst = base + s * sstep;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const bool ok = valid && lane + k * tpr < nvec;
+        const int off = ok ? k * tpr * kVec : 0;
+        cp_async16(dst + k * kstep, g + off, ok);
+        cp_async16(dst + (VPT + k) * kstep, x + off, ok);
+        if (RES) cp_async16(dst + (2 * VPT + k) * kstep, gr + off, ok);
+      }
+      cp_async4(rbase + s * cta * 4u, p.rstd + r, valid);
+      cp_async_commit();
+    };
+
     float acc[VPT][kVec], comp[VPT][kVec];
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[k][i] = comp[k][i] = 0.f;
-    if (want_dw) {
-      for (int v = lane + VPT * tpr; v < nvec; v += tpr)
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) part[v * kVec + i] = 0.f;
-    }
+      for (int j = 0; j < kVec; ++j) acc[k][j] = comp[k][j] = 0.f;
 
-    for (int64_t base = begin; base < end; base += rpc) {
-      const int64_t row = base + group;
-      const bool valid = row < end;  // masked, not skipped: every thread reduces together
+    for (int s = 0; s + 1 < stages; ++s) issue(begin + s, s);
+    int i = 0;
+    for (int64_t row = begin; row < end; ++row, ++i) {
+      issue(row + stages - 1, (i + stages - 1) % stages);
+      cp_async_wait_ring(stages);
+      const int s = i % stages;
+      const uint32_t src = base + s * sstep;
       const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
       const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
-      uint4 gv[VPT], xv[VPT];
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int v = lane + k * tpr;
-        gv[k] = make_uint4(0, 0, 0, 0);
-        xv[k] = make_uint4(0, 0, 0, 0);
-        if (valid && v < nvec) {
-          gv[k] = load16(g + v * kVec);
-          xv[k] = load16(x + v * kVec);
-        }
-      }
-      const float rstd = valid ? p.rstd[row] : 0.f;
+      const float rstd = lds4f(rbase + s * cta * 4u);
+
       float dot = 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        float gf[kVec], xf[kVec];
-        unpack8<T>(gv[k], gf);
-        unpack8<T>(xv[k], xf);
+        float gf[kVec], xf[kVec], wf[kVec];
+        unpack8<T>(lds16(src + k * kstep), gf);
+        unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
+        wv[k].get(wf);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) dot += (gf[i] * wf[k][i]) * (xf[i] * rstd);
+        for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
       }
-      for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
-        float gf[kVec], xf[kVec], w2[kVec];
+      for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
+        float gf[kVec], xf[kVec], wf[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
         unpack8<T>(load16(x + v * kVec), xf);
-        WeightLoader<WT>::load(p.w, v * kVec, w2);
+        WeightLoader<WT>::load(p.w, v * kVec, wf);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) dot += (gf[i] * w2[i]) * (xf[i] * rstd);
+        for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
       }
       dot = group_sum(dot, tpr, scratch);
       const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
@@ -95,64 +104,66 @@ __global__ void __launch_bounds__(kMaxBwdThreads) rmsnorm_bwd_kernel(const BwdPa
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const int v = lane + k * tpr;
-        if (valid && v < nvec) {
-          float gf[kVec], xf[kVec], d[kVec];
-          unpack8<T>(gv[k], gf);
-          unpack8<T>(xv[k], xf);
-          if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
+        float gf[kVec], xf[kVec], wf[kVec], d[kVec];
+        unpack8<T>(lds16(src + k * kstep), gf);
+        unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
+        if (RES) unpack8<T>(lds16(src + (2 * VPT + k) * kstep), d);
+        wv[k].get(wf);
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) {
-            const float xhat = xf[i] * rstd;
-            const float val = rstd * ((gf[i] * wf[k][i]) - mean * xhat);
-            d[i] = RES ? val + d[i] : val;
-            kahan_add(acc[k][i], comp[k][i], gf[i] * xhat);
-          }
-          store16(dx + v * kVec, pack8<T>(d));
+        for (int j = 0; j < kVec; ++j) {
+          const float xhat = __fmul_rn(xf[j], rstd);
+          const float val = rstd * ((gf[j] * wf[j]) - mean * xhat);
+          d[j] = RES ? val + d[j] : val;
+          kahan_add(acc[k][j], comp[k][j], __fmul_rn(gf[j], xhat));
         }
+        if (v < nvec) store16(dx + v * kVec, pack8<T>(d));
       }
-      for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
-        float gf[kVec], xf[kVec], w2[kVec], d[kVec];
+      for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
+        float gf[kVec], xf[kVec], wf[kVec], d[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
         unpack8<T>(load16(x + v * kVec), xf);
-        WeightLoader<WT>::load(p.w, v * kVec, w2);
+        WeightLoader<WT>::load(p.w, v * kVec, wf);
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          const float xhat = xf[i] * rstd;
-          const float val = rstd * ((gf[i] * w2[i]) - mean * xhat);
-          d[i] = RES ? val + d[i] : val;
-          if (want_dw) part[v * kVec + i] += gf[i] * xhat;
+        for (int j = 0; j < kVec; ++j) {
+          const float val = rstd * ((gf[j] * wf[j]) - mean * (xf[j] * rstd));
+          d[j] = RES ? val + d[j] : val;
         }
         store16(dx + v * kVec, pack8<T>(d));
       }
     }
-
     if (!want_dw) continue;
-    if (rpc == 1) {
+    float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int v = lane + k * tpr;
-        if (v < nvec)
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) part[v * kVec + i] = acc[k][i] - comp[k][i];
+    for (int k = 0; k < VPT; ++k) {
+      const int v = lane + k * tpr;
+      if (v < nvec) {
+        float4* out = reinterpret_cast<float4*>(part + v * kVec);
+        out[0] = make_float4(__fsub_rn(acc[k][0], comp[k][0]), __fsub_rn(acc[k][1], comp[k][1]),
+                             __fsub_rn(acc[k][2], comp[k][2]), __fsub_rn(acc[k][3], comp[k][3]));
+        out[1] = make_float4(__fsub_rn(acc[k][4], comp[k][4]), __fsub_rn(acc[k][5], comp[k][5]),
+                             __fsub_rn(acc[k][6], comp[k][6]), __fsub_rn(acc[k][7], comp[k][7]));
       }
-    } else {
-      // Column index of acc[k][i] is (k * tpr + lane) * 8 + i; stage by group, add in order.
-      const int span = VPT * tpr * kVec;
+    }
+    // The rest of a very wide row: column-wise over the chunk (g and x of these columns are
+    // read a second time; only rows wider than VPT * tpr vectors get here).
+    for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
+      float a[kVec], e[kVec];
 #pragma unroll
-      for (int k = 0; k < VPT; ++k)
+      for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;
+      for (int64_t row = begin; row < end; ++row) {
+        float gf[kVec], xf[kVec];
+        const float rstd = p.rstd[row];
+        unpack8<T>(load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec), gf);
+        unpack8<T>(load16(static_cast<const T*>(p.x) + row * p.x_stride + v * kVec), xf);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i)
-          stage[group * span + (k * tpr + lane) * kVec + i] = acc[k][i] - comp[k][i];
-      __syncthreads();
-      for (int col = threadIdx.x; col < p.hidden && col < span; col += blockDim.x) {
-        float s = stage[col];
-        for (int j = 1; j < rpc; ++j) s += stage[j * span + col];
-        part[col] = s;
+        for (int j = 0; j < kVec; ++j) kahan_add(a[j], e[j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
       }
-      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) part[v * kVec + j] = __fsub_rn(a[j], e[j]);
     }
   }
+  cp_async_wait<0>();  // no copy outlives the CTA
 }
 
 __device__ __forceinline__ void neumaier_add(float& s, float& c, float v) {
@@ -170,13 +181,24 @@ __global__ void __launch_bounds__(THREADS) dw_finalize_kernel(const float* __res
                                                               int chunks, int hidden,
                                                               float* __restrict__ dw, int accumulate) {
   constexpr int kLanes = THREADS / 32;
+  constexpr int kBatch = 8;  // loads in flight per thread before the (ordered) adds
   __shared__ float sums[kLanes][32], comps[kLanes][32];
+  pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
   const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + cl;
   float s = 0.f, c = 0.f;
-  if (col < hidden)
-    for (int k = lane; k < chunks; k += kLanes)
-      neumaier_add(s, c, partials[static_cast<int64_t>(k) * hidden + col]);
+  if (col < hidden) {
+    const float* src = partials + col;
+    int k = lane;
+    for (; k + (kBatch - 1) * kLanes < chunks; k += kBatch * kLanes) {
+      float v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) v[u] = src[static_cast<int64_t>(k + u * kLanes) * hidden];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) neumaier_add(s, c, v[u]);
+    }
+    for (; k < chunks; k += kLanes) neumaier_add(s, c, src[static_cast<int64_t>(k) * hidden]);
+  }
   sums[lane][cl] = s;
   comps[lane][cl] = c;
   __syncthreads();

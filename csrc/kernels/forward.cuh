@@ -3,107 +3,128 @@
 #pragma once
 
 #include "params.h"
+#include "pipeline.cuh"
 #include "reduce.cuh"
 #include "vec.cuh"
 
 namespace cake {
 
-// One row per group of p.tpr threads, blockDim.x / p.tpr groups per CTA, grid-stride over
-// rows. Each thread caches VPT 16-byte vectors of its row in registers (all loads issued
-// before the first use); vectors past VPT * tpr (very wide rows only) are read again from
-// global memory in the second pass. The reduction order depends on (hidden, tpr, VPT) only,
-// so a row's outputs do not depend on the number of rows.
+// One row per group of p.tpr threads, blockDim.x / p.tpr groups per CTA; group j of CTA b
+// takes rows b * rpc + j, then every gridDim.x * rpc-th row (a persistent grid). Each thread
+// owns vectors lane, lane + tpr, ... of its rows: the first VPT of them come through a
+// p.stages-deep cp.async ring (the next rows' loads fly while this one is reduced), the rest
+// (rows wider than VPT * tpr vectors) are read directly in two passes. w stays in registers.
+// The reduction order depends on (hidden, tpr, VPT) only, so a row's outputs do not depend on
+// the number of rows or the grid.
 template <typename T, typename WT, bool RES, int VPT>
 __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
+  extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
   __shared__ float scratch[32];
-  const int tpr = p.tpr;
-  const int rpc = blockDim.x / tpr;
+  constexpr int kStreams = RES ? 2 : 1;
+  const int tpr = p.tpr, cta = blockDim.x, stages = p.stages;
+  const int rpc = cta / tpr;
   const int group = threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
   const int nvec = p.hidden / kVec;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * rpc;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rpc + group;
+  // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep.
+  const uint32_t base = smem_addr(ring) + threadIdx.x * 16u;
+  const uint32_t kstep = cta * 16u;
+  const uint32_t sstep = kStreams * VPT * kstep;
+  auto issue = [&](int64_t row, int s) {
+    const bool valid = row < p.rows;
+    const T* x = static_cast<const T*>(p.x) + (valid ? row * p.x_stride : 0) + lane * kVec;
+    const T* r = RES ? static_cast<const T*>(p.r) + (valid ? row * p.r_stride : 0) + lane * kVec : nullptr;
+    const uint32_t dst = base + s * sstep;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const bool ok = valid && lane + k * tpr < nvec;
+      cp_async16(dst + k * kstep, ok ? x + k * tpr * kVec : x, ok);
+      if (RES) cp_async16(dst + (VPT + k) * kstep, ok ? r + k * tpr * kVec : r, ok);
+    }
+    cp_async_commit();
+  };
 
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rpc; base < p.rows;
-       base += static_cast<int64_t>(gridDim.x) * rpc) {
-    const int64_t row = base + group;
-    const bool valid = row < p.rows;  // masked, not skipped: every thread reduces together
+  WVec<WT> wv[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+
+  for (int s = 0; s + 1 < stages; ++s) issue(first + s * step, s);
+  int i = 0;
+  for (int64_t row = first; row < p.rows; row += step, ++i) {
+    issue(row + (stages - 1) * step, (i + stages - 1) % stages);
+    cp_async_wait_ring(stages);
+    const uint32_t src = base + (i % stages) * sstep;
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
     const T* r = RES ? static_cast<const T*>(p.r) + row * p.r_stride : nullptr;
     T* h = RES ? static_cast<T*>(p.h) + row * p.h_stride : nullptr;
     T* y = static_cast<T*>(p.y) + row * p.y_stride;
 
     uint4 hv[VPT];
-    uint4 rv[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = lane + k * tpr;
-      hv[k] = make_uint4(0, 0, 0, 0);
-      rv[k] = make_uint4(0, 0, 0, 0);
-      if (valid && v < nvec) {
-        hv[k] = load16(x + v * kVec);
-        if (RES) rv[k] = load16(r + v * kVec);
-      }
-    }
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       float f[kVec];
+      hv[k] = lds16(src + k * kstep);
       unpack8<T>(hv[k], f);
       if (RES) {
         float u[kVec];
-        unpack8<T>(rv[k], u);
+        unpack8<T>(lds16(src + (VPT + k) * kstep), u);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) f[i] += u[i];
+        for (int j = 0; j < kVec; ++j) f[j] += u[j];
         hv[k] = pack8<T>(f);  // h_new is rounded to the activation type, then normalised
         unpack8<T>(hv[k], f);
         const int v = lane + k * tpr;
-        if (valid && v < nvec) store16(h + v * kVec, hv[k]);
+        if (v < nvec) store16(h + v * kVec, hv[k]);
       }
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) ss += f[i] * f[i];
+      for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
     }
     // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
-    for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
+    for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
       float f[kVec];
       unpack8<T>(load16(x + v * kVec), f);
       if (RES) {
         float u[kVec];
         unpack8<T>(load16(r + v * kVec), u);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) f[i] += u[i];
+        for (int j = 0; j < kVec; ++j) f[j] += u[j];
         const uint4 packed = pack8<T>(f);
         store16(h + v * kVec, packed);
         unpack8<T>(packed, f);
       }
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) ss += f[i] * f[i];
+      for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
     }
     ss = group_sum(ss, tpr, scratch);
     const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
     const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
-    if (valid && lane == 0) p.rstd[row] = rstd;
+    if (lane == 0) p.rstd[row] = rstd;
 
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = lane + k * tpr;
-      if (valid && v < nvec) {
+      if (v < nvec) {
         float f[kVec], wf[kVec];
         unpack8<T>(hv[k], f);
-        WeightLoader<WT>::load(p.w, v * kVec, wf);
+        wv[k].get(wf);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) f[i] = (f[i] * rstd) * wf[i];
+        for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
         store16(y + v * kVec, pack8<T>(f));
       }
     }
     // Second pass over the rest: the same thread wrote h_new there, so it reads its own store.
-    for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
+    for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
       float f[kVec], wf[kVec];
       unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
       WeightLoader<WT>::load(p.w, v * kVec, wf);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) f[i] = (f[i] * rstd) * wf[i];
+      for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
       store16(y + v * kVec, pack8<T>(f));
     }
   }
+  cp_async_wait<0>();  // no copy outlives the CTA
 }
 
 }  // namespace cake

@@ -1,6 +1,7 @@
 // Plain launch parameters shared by the CUDA and CPU kernels. Torch-free, CUDA-free.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -12,10 +13,13 @@
 namespace cake {
 
 // CTA size caps the kernels are compiled for (__launch_bounds__): 512 threads leave 128
-// registers a thread for the forward's 8-vector cache, 256 leave the backward room for g, x,
-// w and the dw sums of 4 vectors, spill-free.
+// registers a thread for the forward's 8-vector cache; the backward (256 threads, two CTAs an
+// SM) keeps w, g, x and the compensated dw sums of 4 vectors in 128 registers, spill-free.
 constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
+constexpr int kBwdMinBlocks = 2;
+// cp.async ring depth: rows in flight per row group, the current one included.
+constexpr int kMaxStages = 4;
 // The dw finalize sums chunk k into lane k % kFinalizeLanes of its column, then the lanes.
 constexpr int kFinalizeLanes = 8;
 
@@ -33,7 +37,8 @@ struct FwdParams {
   int64_t rows;
   int hidden;
   float eps;
-  int tpr;  // threads per row group (CUDA)
+  int tpr;     // threads per row group (CUDA)
+  int stages;  // rows in flight per row group (CUDA), 1..kMaxStages
 };
 
 struct BwdParams {
@@ -54,7 +59,18 @@ struct BwdParams {
   int hidden;
   int chunks;
   int tpr;
+  int stages;
 };
+
+// Dynamic shared memory of the forward: the cp.async ring of x (and residual) vectors.
+CAKE_HD constexpr size_t forward_smem_bytes(int cta, int vpt, int stages, bool res) {
+  return size_t(stages) * (res ? 2 : 1) * vpt * cta * 16;
+}
+// Of the backward: the ring of g, x (and g_residual) vectors, then one rstd a thread and stage.
+CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool res) {
+  return size_t(stages) * cta * ((res ? 3 : 2) * vpt * 16 + 4);
+}
+constexpr size_t kMaxSmemPerCta = 227 * 1024;  // sm_90 / sm_100 opt-in limit
 
 // Row range [begin, end) of chunk c of `chunks` over `rows`: balanced, a function of rows.
 CAKE_HD inline int64_t chunk_begin(int64_t c, int64_t rows, int64_t chunks) { return c * rows / chunks; }

@@ -74,4 +74,28 @@ struct WeightLoader<float> {
   }
 };
 
+// Eight weights kept in registers in their storage type (half the registers of FP32 for a
+// 16-bit weight), loaded once per CTA and widened at each use.
+template <typename WT>
+struct WVec {
+  uint4 a;
+  __device__ __forceinline__ void load(const void* w, int col, bool valid) {
+    a = valid ? load16(static_cast<const WT*>(w) + col) : make_uint4(0, 0, 0, 0);
+  }
+  __device__ __forceinline__ void get(float (&f)[kVec]) const { unpack8<WT>(a, f); }
+};
+template <>
+struct WVec<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const void* w, int col, bool valid) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w) + col);
+    a = valid ? __ldg(p) : make_float4(0.f, 0.f, 0.f, 0.f);
+    b = valid ? __ldg(p + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  __device__ __forceinline__ void get(float (&f)[kVec]) const {
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+  }
+};
+
 }  // namespace cake

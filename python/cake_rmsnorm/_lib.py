@@ -33,33 +33,34 @@ class _Window(ctypes.Structure):
 _c.cake_rmsnorm_backward_workspace_bytes.restype = ctypes.c_size_t
 _c.cake_rmsnorm_backward_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
 _c.cake_rmsnorm_backward_chunks.restype = ctypes.c_int64
-_c.cake_rmsnorm_backward_chunks.argtypes = [ctypes.c_int64]
+_c.cake_rmsnorm_backward_chunks.argtypes = [ctypes.c_int64, ctypes.c_int64]
 _c.cake_rmsnorm_backward_saturating_rows.restype = ctypes.c_int64
+_c.cake_rmsnorm_backward_saturating_rows.argtypes = [ctypes.c_int64]
 _c.cake_rmsnorm_built_archs.restype = ctypes.c_uint
 _c.cake_rmsnorm_program_windows.restype = ctypes.c_int
 _c.cake_rmsnorm_program_windows.argtypes = [
     ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
 
 _c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
-_c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 5
+_c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 6
 
 ARCH_BITS = {90: 0, 100: 1, 103: 2, 107: 3}
 
 
-def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int) -> int:
-    return int(_c.cake_rmsnorm_set_program_override(direction, tpr, cta, vpt, ctas_per_sm))
+def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int, stages: int) -> int:
+    return int(_c.cake_rmsnorm_set_program_override(direction, tpr, cta, vpt, ctas_per_sm, stages))
 
 
 def workspace_bytes(rows: int, hidden: int) -> int:
     return int(_c.cake_rmsnorm_backward_workspace_bytes(rows, hidden))
 
 
-def backward_chunks(rows: int) -> int:
-    return int(_c.cake_rmsnorm_backward_chunks(rows))
+def backward_chunks(rows: int, hidden: int) -> int:
+    return int(_c.cake_rmsnorm_backward_chunks(rows, hidden))
 
 
-def saturating_rows() -> int:
-    return int(_c.cake_rmsnorm_backward_saturating_rows())
+def saturating_rows(hidden: int) -> int:
+    return int(_c.cake_rmsnorm_backward_saturating_rows(hidden))
 
 
 def built_archs() -> tuple:

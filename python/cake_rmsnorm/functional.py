@@ -50,10 +50,11 @@ def cake_rmsnorm_train_backward_workspace_bytes(rows: int, hidden: int, device=N
     Returns
     -------
     int
-        ``chunks(rows) * hidden * 4``: one FP32 dw partial per row chunk. The chunk count is a
-        function of ``rows`` alone, nondecreasing and capped, so a workspace sized for the
-        largest T of a run serves every smaller T, and one sized for
-        ``rows >= saturating_rows()`` (512) serves every T.
+        ``chunks(rows, hidden) * hidden * 4``: one FP32 dw partial per row chunk. The chunk
+        count is a function of ``rows`` and ``hidden`` alone (never of the device),
+        nondecreasing in ``rows`` and capped, so a workspace sized for the largest T of a run
+        serves every smaller T, and one sized for ``rows >= saturating_workspace_rows(hidden)``
+        serves every T.
     """
     _check_rows_hidden(rows, hidden)
     if device is not None:
@@ -301,6 +302,8 @@ def cake_rmsnorm_train_backward(
     return _deliver(dx2.view(x.shape), dx, dx_d), _deliver(dw1, dw, dw_d)
 
 
-def saturating_workspace_rows() -> int:
-    """Token count from which the backward workspace size stops growing."""
-    return saturating_rows()
+def saturating_workspace_rows(hidden: int) -> int:
+    """Token count from which the backward workspace size for width ``hidden`` stops growing
+    (2048 for hidden <= 2048, 1024 up to 4096, 512 above)."""
+    _check_rows_hidden(0, hidden)
+    return saturating_rows(hidden)

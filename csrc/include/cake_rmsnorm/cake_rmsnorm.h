@@ -93,12 +93,15 @@ typedef struct {
 CAKE_API cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* args, void* stream);
 CAKE_API cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* args, void* stream);
 
-/* Bytes of backward workspace for `rows` rows; a workspace sized for rows R serves every
- * call with rows <= R, and every call at all once R >= cake_rmsnorm_backward_saturating_rows(). */
+/* Bytes of backward workspace for `rows` rows of width `hidden`; a workspace sized for rows R
+ * serves every call of that width with rows <= R, and every call at all once
+ * R >= cake_rmsnorm_backward_saturating_rows(hidden). */
 CAKE_API size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden);
-CAKE_API int64_t cake_rmsnorm_backward_saturating_rows(void);
-/* The number of dw partial chunks for `rows` rows: a function of rows alone. */
-CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows);
+CAKE_API int64_t cake_rmsnorm_backward_saturating_rows(int64_t hidden);
+/* The number of dw partial chunks for `rows` rows of width `hidden`: a function of the two
+ * alone (never of the device or the program), so dw has the same bits on every GPU and on the
+ * CPU. -1 for hidden <= 0. */
+CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden);
 
 /* Writes up to `capacity` windows of route ("fwd", "fwd_residual", "bwd", "bwd_residual")
  * for `hidden` on architecture `sm` (e.g. 90 for sm_90a); returns the number of windows,
@@ -113,13 +116,14 @@ CAKE_API unsigned cake_rmsnorm_built_archs(void);
 /* Tuning hook (program sweeps): while set, this thread's CUDA launches of `direction`
  * (0 forward, 1 backward) use the given program shape instead of the window table's: tpr
  * threads a row (a power of two), cta threads a CTA (a multiple of tpr and of 32), vpt
- * register-cached 16-byte vectors a thread (forward 1, 2, 4, 8; backward 1, 2, 4), and for the
- * forward at most ctas_per_sm CTAs a SM (0: as many as fit). tpr = 0 clears the override. A
- * shape the kernels cannot run for a call's width makes that call return
- * CAKE_ERR_INVALID_ARGUMENT. dw bits depend on the backward program's rows per CTA (the
- * order rows are added within a chunk), y, rstd and dx bits on the threads a row. */
+ * 16-byte vectors a thread carried through the shared-memory ring (forward 1, 2, 3, 4, 6, 8;
+ * backward 1, 2, 3, 4), at most ctas_per_sm CTAs a SM (0: as many as fit) and a ring of
+ * `stages` rows (1..4) per row group. tpr = 0 clears the override. A shape the kernels cannot
+ * run for a call (its ring over the shared-memory limit) makes that call return
+ * CAKE_ERR_INVALID_ARGUMENT. y, rstd and dx bits depend on (tpr, vpt); dw bits on no program
+ * parameter. */
 CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt,
-                                                         int ctas_per_sm);
+                                                         int ctas_per_sm, int stages);
 
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */
