@@ -12,7 +12,7 @@ from reference import DW_REL_L2, assert_close_unit, make_rows, make_weight, ref_
 
 @pytest.mark.parametrize("args", [(FORWARD, 48, 96, 2), (FORWARD, 64, 96, 2), (FORWARD, 64, 1024, 2),
                                   (FORWARD, 64, 128, 5), (BACKWARD, 64, 512, 2), (BACKWARD, 64, 128, 8),
-                                  (FORWARD, 64, 128, 2, 0, 0), (BACKWARD, 64, 128, 2, 0, 5),
+                                  (FORWARD, 64, 128, 2, 0, 0), (BACKWARD, 64, 128, 2, 0, 9),
                                   (FORWARD, 512, 512, 8, 0, 4),  # a 256 KiB ring: over the limit
                                   (2, 64, 128, 2)])
 def test_invalid_programs_refused(args):
@@ -34,7 +34,7 @@ def test_candidates_are_correct(H, gen):
     nvec = H // 8
     dw_bits = None
     for tpr in (8, 32, 64, 128, 256):
-        for rows, stages in ((1, 1), (2, 2), (4, 3), (1, 4)):
+        for rows, stages in ((1, 1), (2, 2), (4, 3), (1, 8)):
             cta = tpr * rows
             if cta < 32 or cta > 256:
                 continue
@@ -45,7 +45,7 @@ def test_candidates_are_correct(H, gen):
             assert rel_l2(rstd, rstd_ref) <= 1e-5
             bvpt = next((v for v in (1, 2, 3, 4) if v * tpr >= nvec), 4)  # wider rows: direct reads
             with program_override(BACKWARD, tpr, cta, bvpt, stages=stages):
-                dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd_ref)
+                dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd_ref.float())
             assert_close_unit(dx, dx_ref, f"dx tpr={tpr} cta={cta}")
             assert rel_l2(dw, dw_ref) <= DW_REL_L2
             # dw's reduction tree belongs to (T, H), not to the program: the same bits for all.

@@ -18,12 +18,12 @@ constexpr int kMaxBwdTpr = kMaxBwdThreads;
 
 // dw partial chunks for `rows` rows of width `hidden`: a function of (rows, hidden) alone,
 // never of the device or the program, so the dw reduction tree (and its bits) is the same on
-// every GPU and on the CPU path. At least two rows a chunk; at most about as many chunks as
-// an H200 holds row groups of that width at once (one wave, no tail), which keeps the FP32
-// partials near 1-2 % of the backward's traffic at large T.
+// every GPU and on the CPU path. At least two rows a chunk; at most about a whole number of
+// waves of the row groups an H200 holds at once for that width (no ragged tail), which keeps
+// the FP32 partials near 1-3 % of the backward's traffic at large T.
 constexpr int64_t kRowsPerChunkMin = 2;
 constexpr int64_t max_chunks(int64_t hidden) {
-  return hidden <= 2048 ? 1024 : (hidden <= 4096 ? 512 : 256);
+  return hidden <= 256 ? 4096 : hidden <= 512 ? 2048 : hidden <= 2048 ? 1024 : hidden <= 4096 ? 512 : 256;
 }
 constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
   return rows <= 0 ? 0
@@ -141,7 +141,7 @@ static_assert(program_valid(forward_program(6144, 1), 6144, false) &&
                   program_valid(backward_program(8, 1), 8, true),
               "the general programs are valid");
 static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) == 256 &&
-                  backward_chunks(1 << 20, 512) == 1024,
+                  backward_chunks(1 << 20, 512) == 2048,
               "chunks");
 
 }  // namespace cake

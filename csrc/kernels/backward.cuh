@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(THREADS) dw_finalize_kernel(const float* __res
                                                               int chunks, int hidden,
                                                               float* __restrict__ dw, int accumulate) {
   constexpr int kLanes = THREADS / 32;
-  constexpr int kBatch = 8;  // loads in flight per thread before the (ordered) adds
+  constexpr int kBatch = 16;  // loads in flight per thread before the (ordered) adds
   __shared__ float sums[kLanes][32], comps[kLanes][32];
   pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
   const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;

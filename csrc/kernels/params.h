@@ -19,9 +19,9 @@ constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
 constexpr int kBwdMinBlocks = 2;
 // cp.async ring depth: rows in flight per row group, the current one included.
-constexpr int kMaxStages = 4;
+constexpr int kMaxStages = 8;
 // The dw finalize sums chunk k into lane k % kFinalizeLanes of its column, then the lanes.
-constexpr int kFinalizeLanes = 8;
+constexpr int kFinalizeLanes = 32;
 
 struct FwdParams {
   const void* x;

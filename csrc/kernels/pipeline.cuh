@@ -36,7 +36,11 @@ __device__ __forceinline__ void cp_async_wait_ring(int stages) {
     case 1: cp_async_wait<0>(); break;
     case 2: cp_async_wait<1>(); break;
     case 3: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<3>(); break;
+    case 5: cp_async_wait<4>(); break;
+    case 6: cp_async_wait<5>(); break;
+    case 7: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
   }
 }
 

@@ -24,6 +24,9 @@ class Case:
         self.x = mk()
         self.r = mk() if residual else None
         self.gy = mk()
+        # The residual route's second output (h) gets a gradient of its own: a distinct tensor,
+        # so no implementation reads one buffer twice and finds it in L2.
+        self.gr = mk() if residual else None
         self.w = (1 + 0.1 * torch.randn(H, generator=g)).to(wdtype).to(device)
 
     @property
@@ -44,7 +47,7 @@ def _autograd_ops(case, forward):
 
     def grad(out, **kw):
         outs = out if isinstance(out, tuple) else (out,)
-        return torch.autograd.grad(outs, inputs, (case.gy,) * len(outs), **kw)
+        return torch.autograd.grad(outs, inputs, (case.gy, case.gr)[: len(outs)], **kw)
 
     saved = {}
 
@@ -68,7 +71,7 @@ def make_cake(case, deterministic=True):
         y, rstd = cr.cake_rmsnorm_train_forward(x, w, eps)
         h = x
     dx, dw = torch.empty_like(x), torch.empty(case.H, device=x.device)
-    gres = case.gy if case.residual else None
+    gres = case.gr if case.residual else None
 
     def fwd():
         if case.residual:
@@ -118,7 +121,9 @@ def make_liger(case):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     def forward(x, w, r):
-        return LigerRMSNormFunction.apply(_add(x, r), w, case.eps, 0.0, "llama", False)
+        h = _add(x, r)
+        y = LigerRMSNormFunction.apply(h, w, case.eps, 0.0, "llama", False)
+        return y if r is None else (y, h)
 
     return _autograd_ops(case, forward)
 
