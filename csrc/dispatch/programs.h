@@ -96,42 +96,59 @@ constexpr Program row_group(int hidden, int target, int max_tpr, const int* vpts
   return best;
 }
 
-// Deepest ring (<= kMaxStages) whose CTA stays within `budget` bytes of shared memory.
-constexpr int ring_stages(int cta, int vpt, bool backward, bool res, size_t budget) {
-  int s = kMaxStages;
-  while (s > 1 && (backward ? backward_smem_bytes(cta, vpt, s, res) : forward_smem_bytes(cta, vpt, s, res)) > budget)
-    --s;
-  return s;
-}
-
-// Small launches (few rows) want many small CTAs, so every row lands on its own SM; large
-// ones want CTAs of a few hundred threads.
-constexpr int64_t kSmallRows = 4096;
-constexpr Program with_cta(Program p, int min_cta, bool backward, bool res, size_t budget) {
-  p.cta = p.tpr < min_cta ? min_cta : p.tpr;
-  p.stages = ring_stages(p.cta, p.vpt, backward, res, budget);
+// The CTA: up to max_groups row groups, at most cta_cap threads (narrow rows share a CTA, so
+// the persistent grid stays a few CTAs an SM), and a two-row ring: the next row's loads fly
+// while this one is reduced. Fit to program sweeps on H200 (benchmarks/sweep_programs.py,
+// docs/perf/README.md): deeper rings and other CTA sizes measured no faster at T 256..65536
+// for H 256, 512, 2048 and 6144; the other widths follow the same rule.
+constexpr int kRingStages = 2;
+constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) {
+  int cta = p.tpr * max_groups;
+  if (cta > cta_cap) cta = cta_cap;
+  if (cta < p.tpr) cta = p.tpr;
+  if (cta < 32) cta = 32;
+  p.cta = cta;
+  p.stages = kRingStages;
+  // Very wide rows: a single-row ring when two rows' vectors exceed shared memory.
+  while (p.stages > 1 && (backward ? backward_smem_bytes(cta, p.vpt, p.stages, true)
+                                   : forward_smem_bytes(cta, p.vpt, p.stages, true)) > kMaxSmemPerCta)
+    --p.stages;
   return p;
 }
 
-constexpr size_t kFwdRingBudget = 48 * 1024;   // >= 4 CTAs an SM
-constexpr size_t kBwdRingBudget = 100 * 1024;  // 2 CTAs an SM
-
-constexpr Program forward_program(int hidden, int64_t rows, bool res = false) {
-  return with_cta(row_group(hidden, 2, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), rows <= kSmallRows ? 32 : 128,
-                  false, res, kFwdRingBudget);
+// One window per width: a row's outputs never depend on T. `rows` and `res` are kept for
+// tables that split by T or route.
+constexpr Program forward_program(int hidden, int64_t rows = 0, bool res = false) {
+  (void)rows, (void)res;
+  return shaped(row_group(hidden, 4, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), 8, 256, false);
 }
-constexpr Program backward_program(int hidden, int64_t rows, bool res = false) {
-  return with_cta(row_group(hidden, 3, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), rows <= kSmallRows ? 32 : 256,
-                  true, res, kBwdRingBudget);
+constexpr Program backward_program(int hidden, int64_t rows = 0, bool res = false) {
+  (void)rows, (void)res;
+  return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
 }
 
 static_assert(row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).tpr == 256 &&
                   row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).vpt == 3,
               "fwd 6144: 256 threads x 3 vectors");
 static_assert(backward_program(6144, 1 << 16).tpr == 256 && backward_program(6144, 1 << 16).vpt == 3, "bwd 6144");
-static_assert(backward_program(512, 1 << 16).cta == 256, "narrow rows share a CTA");
+static_assert(backward_program(512).tpr == 32 && backward_program(512).cta == 128, "narrow rows share a CTA");
+static_assert(forward_program(2048).tpr == 64 && forward_program(2048).vpt == 4 && forward_program(2048).cta == 256,
+              "fwd 2048: the sweep's t64x4_v4");
+static_assert(forward_program(512).tpr == 16 && forward_program(512).cta == 128, "fwd 512: t16x8_v4");
 static_assert(backward_program(1 << 20, 1).tpr == kMaxBwdTpr && backward_program(1 << 20, 1).vpt == 4,
               "very wide rows: the widest group, the rest read directly");
+constexpr bool widths_valid(const int* hs, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!program_valid(forward_program(hs[i]), hs[i], false, true) ||
+        !program_valid(backward_program(hs[i]), hs[i], true, true))
+      return false;
+  return true;
+}
+constexpr int kCheckedWidths[] = {8,    16,   24,   40,    64,    104,   256,   512,    520,    768,   1000,
+                                  1024, 1536, 2048, 2560,  3072,  3080,  4096,  5120,   6144,   7168,  8192,
+                                  8200, 12288, 16384, 32768, 65536, 131072, 262144, 524288, 1 << 20};
+static_assert(widths_valid(kCheckedWidths, sizeof(kCheckedWidths) / sizeof(int)),
+              "every width's program runs on both routes");
 static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barriers 1..15 suffice");
 static_assert(program_valid(forward_program(6144, 1), 6144, false) &&
                   program_valid(forward_program(6144, 1 << 20), 6144, false) &&

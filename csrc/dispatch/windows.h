@@ -1,7 +1,7 @@
 // Per-architecture window tables: (route, hidden, T window) -> program. Every architecture
-// serves every width with the general programs over two windows, (0, kSmallRows] and
-// (kSmallRows, inf), which differ only in CTA size and ring depth (so a row's outputs are the
-// same in both); tuned programs add rows here. CUDA-free and torch-free.
+// serves every width with the sweep-fit general program (programs.h) over one window (0, inf),
+// so a row's outputs never depend on T; sm_100a/103a/107a take the sm_90a choice (nothing was
+// measured there). A table that splits by T adds windows here. CUDA-free and torch-free.
 #pragma once
 
 #include <stdint.h>
@@ -44,13 +44,8 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
   const bool res = route == Route::kFwdResidual || route == Route::kBwdResidual;
   const int h = static_cast<int>(hidden);
-  const int64_t edges[2][2] = {{0, kSmallRows}, {kSmallRows, -1}};
-  for (int i = 0; i < 2 && i < cap; ++i) {
-    const int64_t rows = i == 0 ? 1 : kSmallRows + 1;
-    out[i] = Window{edges[i][0], edges[i][1],
-                    fwd ? forward_program(h, rows, res) : backward_program(h, rows, res)};
-  }
-  return 2;
+  if (cap > 0) out[0] = Window{0, -1, fwd ? forward_program(h, 1, res) : backward_program(h, 1, res)};
+  return 1;
 }
 
 // The program a launch of `rows` rows uses: the one whose window holds rows. An architecture
