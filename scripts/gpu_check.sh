@@ -15,9 +15,7 @@ python -m cake_rmsnorm info
 step tests python -m pytest -q -p no:cacheprovider tests
 if [ "${SANITIZE:-1}" = 1 ]; then
   for tool in memcheck racecheck synccheck initcheck; do
-    extra=""
-    [ "$tool" = initcheck ] && extra="--track-unused-memory no"
-    step "sanitize-$tool" compute-sanitizer --tool "$tool" $extra --error-exitcode 9 python tests/sanitize_workload.py
+    step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 python tests/sanitize_workload.py
   done
 fi
 if [ "${CONSUMER:-1}" = 1 ]; then

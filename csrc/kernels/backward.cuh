@@ -50,15 +50,17 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
       const T* x = static_cast<const T*>(p.x) + r * p.x_stride + lane * kVec;
       const T* gr = RES ? static_cast<const T*>(p.gr) + r * p.gr_stride + lane * kVec : nullptr;
       const uint32_t dst = base + s * sstep;
+      if (valid) {  // past the chunk: an empty group, so the ring's group count stays uniform
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const bool ok = valid && lane + k * tpr < nvec;
-        const int off = ok ? k * tpr * kVec : 0;
-        cp_async16(dst + k * kstep, g + off, ok);
-        cp_async16(dst + (VPT + k) * kstep, x + off, ok);
-        if (RES) cp_async16(dst + (2 * VPT + k) * kstep, gr + off, ok);
+        for (int k = 0; k < VPT; ++k) {
+          const bool ok = lane + k * tpr < nvec;  // masked vectors land as zeros
+          const int off = ok ? k * tpr * kVec : 0;
+          cp_async16(dst + k * kstep, g + off, ok);
+          cp_async16(dst + (VPT + k) * kstep, x + off, ok);
+          if (RES) cp_async16(dst + (2 * VPT + k) * kstep, gr + off, ok);
+        }
+        cp_async4(rbase + s * cta * 4u, p.rstd + r, true);
       }
-      cp_async4(rbase + s * cta * 4u, p.rstd + r, valid);
       cp_async_commit();
     };
 
@@ -132,6 +134,9 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         store16(dx + v * kVec, pack8<T>(d));
       }
     }
+    // Copies of one thread complete in no set order: drain before the next chunk's prologue
+    // refills the slots (only empty groups are pending here, so this costs nothing).
+    cp_async_wait<0>();
     if (!want_dw) continue;
     float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
 #pragma unroll

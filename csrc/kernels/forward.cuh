@@ -37,11 +37,13 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     const T* x = static_cast<const T*>(p.x) + (valid ? row * p.x_stride : 0) + lane * kVec;
     const T* r = RES ? static_cast<const T*>(p.r) + (valid ? row * p.r_stride : 0) + lane * kVec : nullptr;
     const uint32_t dst = base + s * sstep;
+    if (valid) {  // past the last row: an empty group, so the ring's group count stays uniform
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const bool ok = valid && lane + k * tpr < nvec;
-      cp_async16(dst + k * kstep, ok ? x + k * tpr * kVec : x, ok);
-      if (RES) cp_async16(dst + (VPT + k) * kstep, ok ? r + k * tpr * kVec : r, ok);
+      for (int k = 0; k < VPT; ++k) {
+        const bool ok = lane + k * tpr < nvec;  // masked vectors land as zeros
+        cp_async16(dst + k * kstep, ok ? x + k * tpr * kVec : x, ok);
+        if (RES) cp_async16(dst + (VPT + k) * kstep, ok ? r + k * tpr * kVec : r, ok);
+      }
     }
     cp_async_commit();
   };
