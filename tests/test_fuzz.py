@@ -1,6 +1,8 @@
 """Property-based tests: random shapes, layouts, dtypes and caller buffers. Every call either
 matches the FP64 reference or raises the documented error, and a refused call modifies no
-input, output or workspace (all poisoned beforehand). CAKE_FUZZ_EXAMPLES sets the budget."""
+input, output or workspace (all poisoned beforehand). CAKE_FUZZ_EXAMPLES sets the budget,
+CAKE_FUZZ_DEVICE the device ("cpu" by default; "cuda" runs the same cases through the GPU
+kernels, every layout built on the device itself)."""
 
 import math
 import os
@@ -18,14 +20,16 @@ from hypothesis import strategies as st  # noqa: E402
 EXAMPLES = int(os.environ.get("CAKE_FUZZ_EXAMPLES", "120"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-DEVICE = "cpu"
+DEVICE = os.environ.get("CAKE_FUZZ_DEVICE", "cpu")
+if DEVICE != "cpu" and not torch.cuda.is_available():
+    pytest.skip("CAKE_FUZZ_DEVICE names a CUDA device and none is present", allow_module_level=True)
 POISON = 7.0
 LAYOUTS = ["contig", "row_stride", "offset", "transposed", "nd", "nd_bad", "one_d"]
 
 
 def make(T, H, dtype, layout, gen, a=1):
     """A [T, H]-like tensor in the given layout (N-D layouts are [a, T // a, H])."""
-    rnd = lambda *s: torch.randn(*s, generator=gen).to(dtype)  # noqa: E731
+    rnd = lambda *s: torch.randn(*s, generator=gen).to(dtype).to(DEVICE)  # noqa: E731
     if layout == "contig":
         return rnd(T, H)
     if layout == "row_stride":
@@ -75,7 +79,7 @@ def forward_cases(draw):
 def _weight(H, dtype, wkind, gen):
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
     wd = {"same": dtype, "fp32": torch.float32, "other16": other, "fp64": torch.float64}[wkind]
-    return (1 + 0.1 * torch.randn(H, generator=gen)).to(wd)
+    return (1 + 0.1 * torch.randn(H, generator=gen)).to(wd).to(DEVICE)
 
 
 def expected_forward_error(c, x, w, r, outs):
@@ -107,18 +111,18 @@ def _outputs(c, x, gen):
     shape, lead = x.shape, x.shape[:-1]
     dt = torch.float32 if kind == "wrong_dtype" else x.dtype
     if kind == "dense":
-        y, h = torch.empty(shape, dtype=dt), torch.empty(shape, dtype=dt)
+        y, h = torch.empty(shape, dtype=dt, device=DEVICE), torch.empty(shape, dtype=dt, device=DEVICE)
     elif kind == "strided":  # odd storage offsets and transposed storage: served through copies
-        y = torch.empty(x.numel() + 1, dtype=dt)[1:].view(shape)
-        h = torch.empty(tuple(reversed(shape)), dtype=dt).permute(*reversed(range(len(shape))))
+        y = torch.empty(x.numel() + 1, dtype=dt, device=DEVICE)[1:].view(shape)
+        h = torch.empty(tuple(reversed(shape)), dtype=dt, device=DEVICE).permute(*reversed(range(len(shape))))
     elif kind == "overlap_x":
-        y, h = x, torch.empty(shape, dtype=dt)
+        y, h = x, torch.empty(shape, dtype=dt, device=DEVICE)
     elif kind == "overlap_each_other":
-        y = torch.empty(shape, dtype=dt)
+        y = torch.empty(shape, dtype=dt, device=DEVICE)
         h = y
     else:
-        y, h = torch.empty(shape, dtype=dt), torch.empty(shape, dtype=dt)
-    s = torch.empty(lead, dtype=torch.float32)
+        y, h = torch.empty(shape, dtype=dt, device=DEVICE), torch.empty(shape, dtype=dt, device=DEVICE)
+    s = torch.empty(lead, dtype=torch.float32, device=DEVICE)
     for t in (y, h, s):
         if t is not x and t.numel():
             t.fill_(POISON)
@@ -135,9 +139,9 @@ def test_forward_fuzz(c):
     if c["residual"] == "same":
         r = make(c["T"], c["H"], c["dtype"], c["layout"], gen, c["a"])
     elif c["residual"] == "contig_other_layout":
-        r = torch.randn(x.shape, generator=gen).to(c["dtype"])
+        r = torch.randn(x.shape, generator=gen).to(c["dtype"]).to(DEVICE)
     elif c["residual"] == "wrong_dtype":
-        r = torch.randn(x.shape, generator=gen).to(torch.float64)
+        r = torch.randn(x.shape, generator=gen).to(torch.float64).to(DEVICE)
     outs = _outputs(c, x, gen)
     if outs is not None and r is None:
         outs["residual_out"] = None
@@ -192,39 +196,39 @@ def test_backward_fuzz(c):
     x = make(c["T"], c["H"], c["dtype"], c["layout"], gen, c["a"])
     g = make(c["T"], c["H"], c["dtype"], c["layout"], gen, c["a"])
     w = _weight(c["H"], c["dtype"], c["wkind"], gen)
-    gr = torch.randn(x.shape, generator=gen).to(c["dtype"]) if c["g_residual"] else None
+    gr = torch.randn(x.shape, generator=gen).to(c["dtype"]).to(DEVICE) if c["g_residual"] else None
     _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
     rows = max(x.numel() // c["H"], 0)
     kw = {"g_residual": gr}
     if c["outs"] in ("dense", "accumulate"):
-        kw.update(dx=torch.full(x.shape, POISON, dtype=x.dtype), dw=torch.full((c["H"],), POISON))
+        kw.update(dx=torch.full(x.shape, POISON, dtype=x.dtype, device=DEVICE), dw=torch.full((c["H"],), POISON, device=DEVICE))
     elif c["outs"] == "strided":
-        kw.update(dx=torch.full((x.numel() + 1,), POISON, dtype=x.dtype)[1:].view(x.shape),
-                  dw=torch.full((c["H"], 2), POISON)[:, 1])
+        kw.update(dx=torch.full((x.numel() + 1,), POISON, dtype=x.dtype, device=DEVICE)[1:].view(x.shape),
+                  dw=torch.full((c["H"], 2), POISON, device=DEVICE)[:, 1])
     if c["outs"] == "accumulate":
         kw["accumulate"] = True
     ws_bytes = cr.cake_rmsnorm_train_backward_workspace_bytes(rows, c["H"])
-    kw["workspace"] = torch.full((max(ws_bytes, 16),), 0xFF, dtype=torch.uint8)
+    kw["workspace"] = torch.full((max(ws_bytes, 16),), 0xFF, dtype=torch.uint8, device=DEVICE)
 
     err = None
     f = c["fault"]
     if f == "ws_small" and ws_bytes > 0:
-        kw["workspace"] = torch.full((ws_bytes - 1,), 0xFF, dtype=torch.uint8)
+        kw["workspace"] = torch.full((ws_bytes - 1,), 0xFF, dtype=torch.uint8, device=DEVICE)
         err = ValueError
     elif f == "rstd_shape":
-        rstd = torch.ones(rows + 1)
+        rstd = torch.ones(rows + 1, device=DEVICE)
         err = ValueError
     elif f == "rstd_dtype":
         rstd = rstd.double()
         err = TypeError
     elif f == "g_shape":
-        g = torch.randn(x.shape[:-1] + (c["H"] + 8,), generator=gen).to(c["dtype"])
+        g = torch.randn(x.shape[:-1] + (c["H"] + 8,), generator=gen).to(c["dtype"]).to(DEVICE)
         err = ValueError
     elif f == "g_dtype":
         g = g.float()
         err = TypeError
     elif f == "dw_dtype":
-        kw["dw"] = torch.full((c["H"],), POISON, dtype=torch.float64)
+        kw["dw"] = torch.full((c["H"],), POISON, dtype=torch.float64, device=DEVICE)
         err = TypeError
     elif f == "dx_overlaps_g" and g.numel():
         kw["dx"] = g

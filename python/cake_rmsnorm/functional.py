@@ -217,9 +217,9 @@ def cake_rmsnorm_train_backward(
         Gradient flowing into h_new from the residual stream; added into dx, so the returned
         dx_total is the gradient of both inputs of the residual add.
     deterministic : bool
-        True (default): dw is bitwise identical across calls for a given T, on any GPU (the
-        reduction tree is a function of T alone). False may use a faster dw with the same
-        accuracy; it currently runs the deterministic path.
+        True (default): dw is bitwise identical across calls for a given T, on any GPU and on
+        the CPU (the reduction tree is a function of T and the width alone). False may use a
+        faster dw with the same accuracy; it currently runs the deterministic path.
     workspace : torch.Tensor, optional
         Caller-owned buffer of at least :func:`cake_rmsnorm_train_backward_workspace_bytes`
         bytes on x's device, contiguous and 16-byte aligned. With it no memory is allocated

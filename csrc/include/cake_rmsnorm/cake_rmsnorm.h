@@ -58,7 +58,7 @@ typedef struct {
 } cake_rmsnorm_fwd_args;
 
 /* dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x * rstd;
- * dw = sum over rows of g * xhat, FP32, in a fixed order that depends on rows alone. */
+ * dw = sum over rows of g * xhat, FP32, in a fixed order that depends on (rows, hidden) alone. */
 typedef struct {
   cake_device_t device;
   cake_dtype_t x_dtype;

@@ -1,0 +1,46 @@
+"""Split benchmark runs (python -m cake_rmsnorm bench --out ...) into the forward and backward
+result files of docs/perf: h200-forward.json (op fwd) and h200-backward.json (op bwd, step),
+rows {"op", "H", "T", "residual", "weight", "per_head", "mode", "us": {impl: us}}. Each run is
+one paired measurement; rows keep the run they come from ("run"), and no row mixes runs.
+
+    python benchmarks/split_results.py docs/perf/runs/h200-main.json docs/perf/runs/h200-residual-perhead.json \
+        --out docs/perf/h200
+"""
+
+import argparse
+import json
+import math
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--out", default="docs/perf/h200")
+    args = p.parse_args()
+    meta, seen, fwd, bwd = None, set(), [], []
+    for path in args.runs:
+        run = json.load(open(path))
+        if meta is None:
+            meta = {k: run[k] for k in ("gpu", "torch", "copy_TBps", "timing")}
+        for r in run["rows"]:
+            key = (r["op"], r["H"], r["T"], r["residual"], r["weight"], r["per_head"], r["mode"])
+            if key in seen:  # the first run listed owns a shape
+                continue
+            seen.add(key)
+            row = {k: r[k] for k in ("op", "H", "T", "residual", "weight", "per_head", "mode", "us")}
+            row["run"] = path.rsplit("/", 1)[-1]
+            (fwd if r["op"] == "fwd" else bwd).append(row)
+    for name, rows in (("forward", fwd), ("backward", bwd)):
+        with open(f"{args.out}-{name}.json", "w") as f:
+            json.dump({**meta, "runs": args.runs, "rows": rows}, f, indent=1)
+        for op in sorted({r["op"] for r in rows}):
+            sel = [r for r in rows if r["op"] == op]
+            ratios = [min(v for k, v in r["us"].items() if k != "cake") / r["us"]["cake"] for r in sel]
+            small = [x for x, r in zip(ratios, sel) if r["T"] <= 4096]
+            gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")  # noqa: E731
+            print(f"{op}: {len(sel)} rows, geomean vs best peer {gm(ratios):.3f}x (T<=4096 {gm(small):.3f}x), "
+                  f"min {min(ratios):.2f}x, max {max(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
