@@ -13,6 +13,8 @@ step() { local name=$1; shift; local t0=$SECONDS; "$@" >"$LOG_DIR/$name.log" 2>&
 step build python -m pip install --no-build-isolation --no-deps -e . || exit 1
 python -m cake_rmsnorm info
 step tests python -m pytest -q -p no:cacheprovider tests
+# The property-based suite once more, through the GPU kernels.
+step fuzz-cuda env CAKE_FUZZ_DEVICE=cuda CAKE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-400} python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 if [ "${SANITIZE:-1}" = 1 ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 python tests/sanitize_workload.py
