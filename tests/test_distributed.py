@@ -137,3 +137,20 @@ def test_cpu_gloo_two_processes(mode, tmp_path):
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_cuda_nccl_world_one(mode, tmp_path):
     _run(mode, "cuda", 1, tmp_path)
+
+
+def test_multigpu_script_on_cpu_gloo(tmp_path):
+    """tests/multigpu/run_multigpu.py (DDP, FSDP2, sequence parallel with a patched tiny Llama)
+    under torchrun with 2 CPU processes: the same checks the multi-GPU run makes."""
+    pytest.importorskip("transformers")
+    import json
+    import subprocess
+    script = os.path.join(os.path.dirname(__file__), "multigpu", "run_multigpu.py")
+    out = tmp_path / "mg.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+           script, "--device", "cpu", "--hidden", "128", "--seq", "64", "--steps", "3", "--sp-tokens", "2048",
+           "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["ddp_norm_grads_bitwise"] and rep["sequence_parallel"]["sharded_repeatable_bitwise"]

@@ -1,0 +1,198 @@
+"""Multi-process checks of cake_rmsnorm under torchrun: DDP, FSDP2 and sequence parallelism.
+
+    torchrun --nproc-per-node 2 tests/multigpu/run_multigpu.py                # NCCL, one GPU a rank
+    torchrun --nproc-per-node 2 tests/multigpu/run_multigpu.py --device cpu   # gloo on CPU
+
+1. ddp / fsdp2: a tiny Llama from `transformers` with `cake_rmsnorm.patch()`, BF16, trained a
+   few steps on a global batch split across the ranks; its losses (mean over ranks) against
+   one process training on the whole batch, and against the spread between two stock
+   single-process runs in different reduction orders (the BF16 noise floor).
+2. ddp twice: the norm weights' gradients after DDP's all-reduce, bitwise, across two runs.
+3. sequence parallel: x of [T, H] sharded along T; each rank's FP32 dw of its rows, summed by
+   all-reduce, against the unsharded dw (max relative difference, bitwise or not) and against
+   FP64; repeated to show the sharded result itself is bitwise repeatable.
+
+Every rank prints its lines; rank 0 also writes --json. Exits non-zero when a check fails
+(losses outside the noise bound, DDP norm gradients not bitwise repeatable, the sharded dw not
+repeatable or more than 1e-5 from the unsharded one).
+"""
+
+import argparse
+import copy
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import transformers
+
+import cake_rmsnorm as cr
+
+
+def tiny_llama(hidden, layers, seq):
+    cfg = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=seq, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+
+
+def batches(steps, batch, seq, vocab=512):
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(steps):
+        start = torch.randint(0, vocab, (batch, 1), generator=g)
+        stride = torch.randint(1, 17, (batch, 1), generator=g)
+        out.append((start + stride * torch.arange(seq)) % vocab)
+    return out
+
+
+def norm_grads(model):
+    inner = getattr(model, "module", model)
+    out = {}
+    for name, p in inner.named_parameters():
+        if name.endswith("norm.weight") and p.grad is not None:
+            g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            out[name] = g.detach().float().cpu().clone()
+    return out
+
+
+def train(model, data, device, rank, world, lr=1e-3, keep_grads=False):
+    """Per-step losses (mean over ranks) and, if asked, the norm gradients of every step."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses, grads = [], []
+    for ids in data:
+        shard = ids.chunk(world)[rank].to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=shard, labels=shard).loss
+        loss.backward()
+        if keep_grads:
+            grads.append(norm_grads(model))
+        opt.step()
+        l = loss.detach().float().reshape(1)
+        if world > 1:
+            dist.all_reduce(l)
+            l /= world
+        losses.append(l.item())
+    return losses, grads
+
+
+def wrap(base, mode, device, world):
+    model = copy.deepcopy(base).to(device)
+    cr.patch(model)
+    if mode == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(model)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh(device, (world,))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def single(base, data, device, patched, rows_split=1):
+    """One process on the whole batch; rows_split > 1 runs the batch as that many micro-batches
+    with summed gradients (a different reduction order: the stock model's own BF16 noise)."""
+    model = copy.deepcopy(base).to(device)
+    if patched:
+        cr.patch(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    losses = []
+    for ids in data:
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for part in ids.chunk(rows_split):
+            part = part.to(device)
+            loss = model(input_ids=part, labels=part).loss / rows_split
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        losses.append(total)
+    return losses
+
+
+def sequence_parallel(device, rank, world, T, H, repeats=2):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(T, H, generator=g).bfloat16().to(device)
+    gy = torch.randn(T, H, generator=g).bfloat16().to(device)
+    w = (1 + 0.1 * torch.randn(H, generator=g)).bfloat16().to(device)
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+    lo, hi = rank * T // world, (rank + 1) * T // world
+    results = []
+    for _ in range(repeats):
+        _, dw = cr.cake_rmsnorm_train_backward(gy[lo:hi], x[lo:hi], w, rstd[lo:hi])
+        dist.all_reduce(dw)
+        results.append(dw.cpu())
+    _, full = cr.cake_rmsnorm_train_backward(gy, x, w, rstd)
+    full = full.cpu()
+    ref = (gy.double() * (x.double() * rstd.double()[:, None])).sum(0).cpu()
+    rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()  # noqa: E731
+    return {
+        "T": T, "H": H, "world": world,
+        "sharded_repeatable_bitwise": all(torch.equal(r.view(torch.int32), results[0].view(torch.int32)) for r in results),
+        "sharded_equals_unsharded_bitwise": torch.equal(results[0].view(torch.int32), full.view(torch.int32)),
+        "rel_diff_sharded_vs_unsharded": rel(results[0], full),
+        "rel_err_sharded_vs_fp64": rel(results[0], ref),
+        "rel_err_unsharded_vs_fp64": rel(full, ref),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--sp-tokens", type=int, default=8192)
+    p.add_argument("--json")
+    args = p.parse_args()
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    device = args.device
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    report = {"world": world, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    try:
+        base = tiny_llama(args.hidden, args.layers, args.seq)
+        data = batches(args.steps, args.batch, args.seq)
+        ref = single(base, data, device, patched=True)
+        stock = single(base, data, device, patched=False)
+        stock_split = single(base, data, device, patched=False, rows_split=world if world > 1 else 2)
+        noise = max(abs(a - b) for a, b in zip(stock, stock_split))
+        report["single_patched_losses"] = ref
+        report["bf16_noise"] = noise
+        for mode in ("ddp", "fsdp2"):
+            model = wrap(base, mode, device, world)
+            losses, _ = train(model, data, device, rank, world)
+            diff = max(abs(a - b) for a, b in zip(losses, ref))
+            report[mode] = {"losses": losses, "max_diff_vs_single": diff, "within_noise": diff <= max(2 * noise, 1e-2)}
+            del model
+        runs = []
+        for _ in range(2):
+            model = wrap(base, "ddp", device, world)
+            runs.append(train(model, data, device, rank, world, keep_grads=True)[1])
+            del model
+        report["ddp_norm_grads_bitwise"] = all(
+            torch.equal(a[k].view(torch.int32), b[k].view(torch.int32))
+            for sa, sb in zip(*runs) for a, b in [(sa, sb)] for k in a)
+        report["norm_grads_checked"] = sorted(runs[0][0])[:3] + (["..."] if len(runs[0][0]) > 3 else [])
+        report["sequence_parallel"] = sequence_parallel(device, rank, world, args.sp_tokens, args.hidden)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    print(f"[rank {rank}] " + json.dumps({k: v for k, v in report.items() if k != "single_patched_losses"}), flush=True)
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    ok = (report["ddp"]["within_noise"] and report["fsdp2"]["within_noise"] and report["ddp_norm_grads_bitwise"]
+          and report["sequence_parallel"]["sharded_repeatable_bitwise"]
+          and report["sequence_parallel"]["rel_diff_sharded_vs_unsharded"] <= 1e-5)
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
