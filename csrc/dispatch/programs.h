@@ -72,7 +72,7 @@ constexpr int pow2_ceil(int v) {
   return p;
 }
 
-// The general program's row group: the power-of-two tpr (>= min_tpr, <= max_tpr) and an
+// The general program's row group: the power-of-two tpr (<= max_tpr) and an
 // instantiated VPT that cover the row with the fewest idle vector slots, ties going to the
 // VPT nearest `target` (registers against threads), then to the smaller VPT; rows wider than max_tpr * the largest
 // VPT keep the widest group and read the rest directly.

@@ -13,8 +13,9 @@
 namespace cake {
 
 // CTA size caps the kernels are compiled for (__launch_bounds__): 512 threads leave 128
-// registers a thread for the forward's 8-vector cache; the backward (256 threads, two CTAs an
-// SM) keeps w, g, x and the compensated dw sums of 4 vectors in 128 registers, spill-free.
+// registers a thread to the forward; the backward asks for two 256-thread CTAs an SM (128
+// registers), which holds w and the compensated dw sums of up to 3 vectors spill-free (ptxas
+// -v); VPT 4 (rows of 7168 and wider) and the forward's VPT 8 spill a few hundred bytes.
 constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
 constexpr int kBwdMinBlocks = 2;
