@@ -22,7 +22,7 @@ thread_local cake::Program g_override[2] = {};
 
 // The window table's program for the call, or this thread's tuning override.
 [[maybe_unused]] bool select_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
-  const bool backward = route == cake::Route::kBwd || route == cake::Route::kBwdResidual;
+  const bool backward = !cake::is_forward(route);
   const cake::Program& o = g_override[backward ? 1 : 0];
   if (o.tpr == 0) {
 #if CAKE_WITH_CUDA
@@ -33,8 +33,7 @@ thread_local cake::Program g_override[2] = {};
     return true;
   }
   *out = o;
-  const bool res = route == cake::Route::kFwdResidual || route == cake::Route::kBwdResidual;
-  return cake::program_valid(o, static_cast<int>(hidden), backward, res);
+  return cake::program_valid(o, backward, cake::has_residual(route));
 }
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
@@ -227,7 +226,7 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
   }
   const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages};
   // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
-  if (!cake::program_valid(p, 8, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
+  if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_override[direction] = p;
   return CAKE_OK;
 }

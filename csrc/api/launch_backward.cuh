@@ -36,11 +36,8 @@ int launch_backward_kernel(const BwdParams& p, const Program& prog, int max_ctas
   auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT>;
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int rpc = prog.cta / prog.tpr;
-  int64_t grid = (p.chunks + rpc - 1) / rpc;
-  int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);
-  if (prog.ctas_per_sm > 0 && resident > 0) resident = resident_sms() * prog.ctas_per_sm;
-  if (resident > 0 && grid > resident) grid = resident;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  const int64_t grid = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
+                                       (p.chunks + rpc - 1) / rpc, max_ctas);
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;

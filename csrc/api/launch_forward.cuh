@@ -16,10 +16,8 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
   auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
   const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int64_t rpc = prog.cta / prog.tpr;
-  int64_t blocks = (p.rows + rpc - 1) / rpc;
-  int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);
-  if (prog.ctas_per_sm > 0 && resident > 0) resident = resident_sms() * prog.ctas_per_sm;
-  if (resident > 0 && blocks > resident) blocks = resident;
+  const int64_t blocks = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
+                                         (p.rows + rpc - 1) / rpc);
   FwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;

@@ -53,23 +53,17 @@ constexpr bool vpt_instantiated(int vpt, bool backward) {
 
 // Whether the kernels can run `p` on a route with (res) or without a residual stream (what a
 // tuning override must satisfy).
-constexpr bool program_valid(const Program& p, int hidden, bool backward, bool res = true) {
+constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
   const int max_threads = backward ? kMaxBwdThreads : kMaxFwdThreads;
   const bool pow2 = p.tpr > 0 && (p.tpr & (p.tpr - 1)) == 0;
   const int rpc = p.tpr > 0 ? p.cta / p.tpr : 0;
   const size_t smem = backward ? backward_smem_bytes(p.cta, p.vpt, p.stages, res)
                                : forward_smem_bytes(p.cta, p.vpt, p.stages, res);
-  (void)hidden;  // any width runs: columns past vpt * tpr vectors take the direct path
+  // Any width runs: columns past vpt * tpr vectors take the direct path.
   return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
          p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
-}
-
-constexpr int pow2_ceil(int v) {
-  int p = 1;
-  while (p < v) p <<= 1;
-  return p;
 }
 
 // The general program's row group: the power-of-two tpr (<= max_tpr) and an
@@ -116,31 +110,28 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
   return p;
 }
 
-// One window per width: a row's outputs never depend on T. `rows` and `res` are kept for
-// tables that split by T or route.
-constexpr Program forward_program(int hidden, int64_t rows = 0, bool res = false) {
-  (void)rows, (void)res;
+// One program per width and direction, for every T and both routes (its ring is sized for the
+// residual route), so a row's outputs never depend on T.
+constexpr Program forward_program(int hidden) {
   return shaped(row_group(hidden, 4, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), 8, 256, false);
 }
-constexpr Program backward_program(int hidden, int64_t rows = 0, bool res = false) {
-  (void)rows, (void)res;
+constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
 }
 
 static_assert(row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).tpr == 256 &&
                   row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).vpt == 3,
               "fwd 6144: 256 threads x 3 vectors");
-static_assert(backward_program(6144, 1 << 16).tpr == 256 && backward_program(6144, 1 << 16).vpt == 3, "bwd 6144");
+static_assert(backward_program(6144).tpr == 256 && backward_program(6144).vpt == 3, "bwd 6144");
 static_assert(backward_program(512).tpr == 32 && backward_program(512).cta == 128, "narrow rows share a CTA");
 static_assert(forward_program(2048).tpr == 64 && forward_program(2048).vpt == 4 && forward_program(2048).cta == 256,
               "fwd 2048: the sweep's t64x4_v4");
 static_assert(forward_program(512).tpr == 16 && forward_program(512).cta == 128, "fwd 512: t16x8_v4");
-static_assert(backward_program(1 << 20, 1).tpr == kMaxBwdTpr && backward_program(1 << 20, 1).vpt == 4,
+static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).vpt == 4,
               "very wide rows: the widest group, the rest read directly");
 constexpr bool widths_valid(const int* hs, int n) {
   for (int i = 0; i < n; ++i)
-    if (!program_valid(forward_program(hs[i]), hs[i], false, true) ||
-        !program_valid(backward_program(hs[i]), hs[i], true, true))
+    if (!program_valid(forward_program(hs[i]), false) || !program_valid(backward_program(hs[i]), true))
       return false;
   return true;
 }
@@ -150,13 +141,6 @@ constexpr int kCheckedWidths[] = {8,    16,   24,   40,    64,    104,   256,   
 static_assert(widths_valid(kCheckedWidths, sizeof(kCheckedWidths) / sizeof(int)),
               "every width's program runs on both routes");
 static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barriers 1..15 suffice");
-static_assert(program_valid(forward_program(6144, 1), 6144, false) &&
-                  program_valid(forward_program(6144, 1 << 20), 6144, false) &&
-                  program_valid(backward_program(6144, 1 << 20), 6144, true) &&
-                  program_valid(backward_program(1 << 20, 1 << 20, true), 1 << 20, true, true) &&
-                  program_valid(forward_program(6144, 1 << 20, true), 6144, false, true) &&
-                  program_valid(backward_program(8, 1), 8, true),
-              "the general programs are valid");
 static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) == 256 &&
                   backward_chunks(1 << 20, 512) == 2048,
               "chunks");

@@ -14,6 +14,9 @@ namespace cake {
 
 enum class Route { kFwd, kFwdResidual, kBwd, kBwdResidual };
 
+constexpr bool is_forward(Route r) { return r == Route::kFwd || r == Route::kFwdResidual; }
+constexpr bool has_residual(Route r) { return r == Route::kFwdResidual || r == Route::kBwdResidual; }
+
 struct Window {
   int64_t above;
   int64_t at_most;  // -1: unbounded
@@ -41,10 +44,8 @@ inline bool arch_known(int sm) {
 // Fills up to `cap` windows; returns how many the route has, or -1 if not served.
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
   if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
-  const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
-  const bool res = route == Route::kFwdResidual || route == Route::kBwdResidual;
   const int h = static_cast<int>(hidden);
-  if (cap > 0) out[0] = Window{0, -1, fwd ? forward_program(h, 1, res) : backward_program(h, 1, res)};
+  if (cap > 0) out[0] = Window{0, -1, is_forward(route) ? forward_program(h) : backward_program(h)};
   return 1;
 }
 
@@ -55,10 +56,7 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
   const int n = windows_for(route, hidden, arch_known(sm) ? sm : 90, w, 16);
   for (int i = 0; i < n && i < 16; ++i)
     if (rows > w[i].above && (w[i].at_most < 0 || rows <= w[i].at_most)) return w[i].program;
-  const bool fwd = route == Route::kFwd || route == Route::kFwdResidual;
-  const bool res = route == Route::kFwdResidual || route == Route::kBwdResidual;
-  return fwd ? forward_program(static_cast<int>(hidden), rows, res)
-             : backward_program(static_cast<int>(hidden), rows, res);
+  return is_forward(route) ? forward_program(static_cast<int>(hidden)) : backward_program(static_cast<int>(hidden));
 }
 
 // "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages.

@@ -96,7 +96,9 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         float gf[kVec], xf[kVec], wf[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
         unpack8<T>(load16(x + v * kVec), xf);
-        WeightLoader<WT>::load(p.w, v * kVec, wf);
+        WVec<WT> w2;
+        w2.load(p.w, v * kVec, true);
+        w2.get(wf);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
       }
@@ -124,7 +126,9 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         float gf[kVec], xf[kVec], wf[kVec], d[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
         unpack8<T>(load16(x + v * kVec), xf);
-        WeightLoader<WT>::load(p.w, v * kVec, wf);
+        WVec<WT> w2;
+        w2.load(p.w, v * kVec, true);
+        w2.get(wf);
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {

@@ -120,7 +120,9 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
       float f[kVec], wf[kVec];
       unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
-      WeightLoader<WT>::load(p.w, v * kVec, wf);
+      WVec<WT> w2;
+      w2.load(p.w, v * kVec, true);
+      w2.get(wf);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
       store16(y + v * kVec, pack8<T>(f));

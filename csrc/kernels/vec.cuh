@@ -56,24 +56,6 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[kVec]) {
   return raw;
 }
 
-// Eight weights starting at element `col` as FP32: one 16-byte load of a 16-bit weight,
-// two of an FP32 weight.
-template <typename WT>
-struct WeightLoader {
-  static __device__ __forceinline__ void load(const void* w, int col, float (&f)[kVec]) {
-    unpack8<WT>(load16(static_cast<const WT*>(w) + col), f);
-  }
-};
-template <>
-struct WeightLoader<float> {
-  static __device__ __forceinline__ void load(const void* w, int col, float (&f)[kVec]) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w) + col);
-    float4 a = __ldg(p), b = __ldg(p + 1);
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
-    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-  }
-};
-
 // Eight weights kept in registers in their storage type (half the registers of FP32 for a
 // 16-bit weight), loaded once per CTA and widened at each use.
 template <typename WT>

@@ -177,8 +177,7 @@ def main():
             runs.append(train(model, data, device, rank, world, keep_grads=True)[1])
             del model
         report["ddp_norm_grads_bitwise"] = all(
-            torch.equal(a[k].view(torch.int32), b[k].view(torch.int32))
-            for sa, sb in zip(*runs) for a, b in [(sa, sb)] for k in a)
+            torch.equal(a[k].view(torch.int32), b[k].view(torch.int32)) for a, b in zip(*runs) for k in a)
         report["norm_grads_checked"] = sorted(runs[0][0])[:3] + (["..."] if len(runs[0][0]) > 3 else [])
         report["sequence_parallel"] = sequence_parallel(device, rank, world, args.sp_tokens, args.hidden)
         dist.barrier()

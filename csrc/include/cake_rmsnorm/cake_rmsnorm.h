@@ -118,7 +118,7 @@ CAKE_API unsigned cake_rmsnorm_built_archs(void);
  * threads a row (a power of two), cta threads a CTA (a multiple of tpr and of 32), vpt
  * 16-byte vectors a thread carried through the shared-memory ring (forward 1, 2, 3, 4, 6, 8;
  * backward 1, 2, 3, 4), at most ctas_per_sm CTAs a SM (0: as many as fit) and a ring of
- * `stages` rows (1..4) per row group. tpr = 0 clears the override. A shape the kernels cannot
+ * `stages` rows (1..8) per row group. tpr = 0 clears the override. A shape the kernels cannot
  * run for a call (its ring over the shared-memory limit) makes that call return
  * CAKE_ERR_INVALID_ARGUMENT. y, rstd and dx bits depend on (tpr, vpt); dw bits on no program
  * parameter. */
