@@ -161,6 +161,8 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   p.rows = a->rows;
   p.hidden = static_cast<int>(a->hidden);
   p.chunks = static_cast<int>(cake::backward_chunks(a->rows, a->hidden));
+  p.chunk_rows = p.chunks > 0 ? p.rows / p.chunks : 0;
+  p.chunk_rem = p.chunks > 0 ? static_cast<int>(p.rows % p.chunks) : 0;
 
   if (a->device == CAKE_DEVICE_CPU) {
     if (a->rows == 0) {

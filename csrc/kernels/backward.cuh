@@ -2,6 +2,7 @@
 // and FP32 per-chunk dw partials; dw_finalize sums them in chunk order. Torch-free.
 #pragma once
 
+#include "compensated.h"
 #include "params.h"
 #include "pipeline.cuh"
 #include "reduce.cuh"
@@ -24,9 +25,10 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   constexpr int kStreams = RES ? 3 : 2;
   const int tpr = p.tpr, cta = blockDim.x, stages = p.stages;
-  const int rpc = cta / tpr;
-  const int group = threadIdx.x / tpr;
-  const int lane = threadIdx.x % tpr;
+  const int log_tpr = __ffs(tpr) - 1;  // tpr is a power of two: shifts, not integer division
+  const int rpc = cta >> log_tpr;
+  const int group = threadIdx.x >> log_tpr;
+  const int lane = threadIdx.x & (tpr - 1);
   const int nvec = p.hidden / kVec;
   const bool want_dw = p.dw != nullptr;
   // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
@@ -40,9 +42,10 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
   for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
 
+#pragma unroll 1
   for (int c = blockIdx.x * rpc + group; c < p.chunks; c += gridDim.x * rpc) {
-    const int64_t begin = chunk_begin(c, p.rows, p.chunks);
-    const int64_t end = chunk_begin(c + 1, p.rows, p.chunks);
+    const int64_t begin = chunk_begin(c, p);
+    const int64_t end = chunk_begin(c + 1, p);
     auto issue = [&](int64_t row, int s) {
       const bool valid = row < end;
       const int64_t r = valid ? row : begin;
@@ -70,12 +73,16 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
       for (int j = 0; j < kVec; ++j) acc[k][j] = comp[k][j] = 0.f;
 
+#pragma unroll 1
     for (int s = 0; s + 1 < stages; ++s) issue(begin + s, s);
-    int i = 0;
-    for (int64_t row = begin; row < end; ++row, ++i) {
-      issue(row + stages - 1, (i + stages - 1) % stages);
+    int cur = 0, next = stages - 1;  // ring slots of this row and of the row issued next (no modulo)
+#pragma unroll 1
+    for (int64_t row = begin; row < end; ++row) {
+      issue(row + stages - 1, next);
+      next = next + 1 == stages ? 0 : next + 1;
       cp_async_wait_ring(stages);
-      const int s = i % stages;
+      const int s = cur;
+      cur = cur + 1 == stages ? 0 : cur + 1;
       const uint32_t src = base + s * sstep;
       const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
       const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
@@ -92,6 +99,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
         for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
       }
+#pragma unroll 1
       for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
@@ -102,7 +110,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
         for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
       }
-      dot = group_sum(dot, tpr, scratch);
+      dot = group_sum(dot, tpr, group, lane, scratch);
       const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
 
 #pragma unroll
@@ -122,6 +130,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         }
         if (v < nvec) store16(dx + v * kVec, pack8<T>(d));
       }
+#pragma unroll 1
       for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec], d[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
@@ -156,10 +165,12 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
     }
     // The rest of a very wide row: column-wise over the chunk (g and x of these columns are
     // read a second time; only rows wider than VPT * tpr vectors get here).
+#pragma unroll 1
     for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
       float a[kVec], e[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;
+#pragma unroll 1
       for (int64_t row = begin; row < end; ++row) {
         float gf[kVec], xf[kVec];
         const float rstd = p.rstd[row];
@@ -175,50 +186,56 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   cp_async_wait<0>();  // no copy outlives the CTA
 }
 
-__device__ __forceinline__ void neumaier_add(float& s, float& c, float v) {
-  const float t = s + v;
-  c += fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s;
-  s = t;
-}
-
 // dw[col] = the chunk partials summed in a fixed order: chunk k goes to lane k % kLanes of the
-// column (coalesced 32-column rows, kLanes chunks in flight), each lane sums its chunks in
-// order, then the lanes are added in lane order; Neumaier compensation throughout, one
-// rounding at the end. The order depends on (chunks, hidden) alone.
+// column (coalesced 32-column rows), each lane sums its chunks in order, then the lanes are
+// merged by an xor butterfly; Neumaier compensation throughout, one rounding at the end. The
+// order depends on (chunks, hidden) alone; the CPU path replays it.
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) dw_finalize_kernel(const float* __restrict__ partials,
+__global__ void __launch_bounds__(THREADS, 2) dw_finalize_kernel(const float* __restrict__ partials,
                                                               int chunks, int hidden,
                                                               float* __restrict__ dw, int accumulate) {
   constexpr int kLanes = THREADS / 32;
-  constexpr int kBatch = 16;  // loads in flight per thread before the (ordered) adds
-  __shared__ float sums[kLanes][32], comps[kLanes][32];
+  // Loads in flight per thread before the (ordered) adds. Two CTAs an SM (32 registers a
+  // thread) let the finalize's CTAs sit beside the main kernel's while they wait (PDL); at
+  // 58 registers they could not, and the small-T backward measured 1-3 us slower.
+  constexpr int kBatch = 8;
+  __shared__ float sums[kLanes][33], comps[kLanes][33];  // padded: the transposed read is conflict-free
   pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
   const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + cl;
   float s = 0.f, c = 0.f;
   if (col < hidden) {
-    const float* src = partials + col;
-    int k = lane;
-    for (; k + (kBatch - 1) * kLanes < chunks; k += kBatch * kLanes) {
+    // A batch's loads are all issued before its ordered adds (predicated, never a zero
+    // added: the bits stay those of the CPU path); small chunk counts take one batch.
+    const int mine = lane < chunks ? (chunks - 1 - lane) / kLanes + 1 : 0;  // chunks of this lane
+    const int64_t stride = static_cast<int64_t>(kLanes) * hidden;
+    const float* src = partials + static_cast<int64_t>(lane) * hidden + col;
+#pragma unroll 1
+    for (int b = 0; b < mine; b += kBatch, src += kBatch * stride) {
       float v[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) v[u] = src[static_cast<int64_t>(k + u * kLanes) * hidden];
+      for (int u = 0; u < kBatch; ++u)
+        if (b + u < mine) v[u] = src[u * stride];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) neumaier_add(s, c, v[u]);
+      for (int u = 0; u < kBatch; ++u)
+        if (b + u < mine) neumaier_add(s, c, v[u]);
     }
-    for (; k < chunks; k += kLanes) neumaier_add(s, c, src[static_cast<int64_t>(k) * hidden]);
   }
   sums[lane][cl] = s;
   comps[lane][cl] = c;
   __syncthreads();
-  if (lane == 0 && col < hidden) {
-    float total = 0.f, tc = 0.f;
-    for (int j = 0; j < kLanes; ++j) {
-      neumaier_add(total, tc, sums[j][cl]);
-      tc += comps[j][cl];
-    }
-    const float sum = total + tc;
-    dw[col] = accumulate ? dw[col] + sum : sum;
+  // Transposed: warp w merges the kLanes pairs of column w with an xor butterfly (a fixed
+  // tree, log2(kLanes) steps instead of a kLanes-long chain).
+  static_assert(kLanes == 32, "one warp merges one column's lanes");
+  s = sums[cl][lane];
+  c = comps[cl][lane];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    neumaier_merge(s, c, __shfl_xor_sync(0xffffffffu, s, o), __shfl_xor_sync(0xffffffffu, c, o));
+  const int out = blockIdx.x * 32 + lane;
+  if (cl == 0 && out < hidden) {
+    const float sum = s + c;
+    dw[out] = accumulate ? dw[out] + sum : sum;
   }
 }
 

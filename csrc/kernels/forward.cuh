@@ -22,9 +22,10 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
   __shared__ float scratch[32];
   constexpr int kStreams = RES ? 2 : 1;
   const int tpr = p.tpr, cta = blockDim.x, stages = p.stages;
-  const int rpc = cta / tpr;
-  const int group = threadIdx.x / tpr;
-  const int lane = threadIdx.x % tpr;
+  const int log_tpr = __ffs(tpr) - 1;  // tpr is a power of two: shifts, not integer division
+  const int rpc = cta >> log_tpr;
+  const int group = threadIdx.x >> log_tpr;
+  const int lane = threadIdx.x & (tpr - 1);
   const int nvec = p.hidden / kVec;
   const int64_t step = static_cast<int64_t>(gridDim.x) * rpc;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rpc + group;
@@ -52,12 +53,17 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 #pragma unroll
   for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
 
+#pragma unroll 1
   for (int s = 0; s + 1 < stages; ++s) issue(first + s * step, s);
-  int i = 0;
-  for (int64_t row = first; row < p.rows; row += step, ++i) {
-    issue(row + (stages - 1) * step, (i + stages - 1) % stages);
+  const int64_t ahead = (stages - 1) * step;
+  int cur = 0, next = stages - 1;  // ring slots of this row and of the row issued next (no modulo)
+#pragma unroll 1
+  for (int64_t row = first; row < p.rows; row += step) {
+    issue(row + ahead, next);
+    next = next + 1 == stages ? 0 : next + 1;
     cp_async_wait_ring(stages);
-    const uint32_t src = base + (i % stages) * sstep;
+    const uint32_t src = base + cur * sstep;
+    cur = cur + 1 == stages ? 0 : cur + 1;
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
     const T* r = RES ? static_cast<const T*>(p.r) + row * p.r_stride : nullptr;
     T* h = RES ? static_cast<T*>(p.h) + row * p.h_stride : nullptr;
@@ -84,6 +90,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
       for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
     }
     // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
+#pragma unroll 1
     for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
       float f[kVec];
       unpack8<T>(load16(x + v * kVec), f);
@@ -99,7 +106,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 #pragma unroll
       for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
     }
-    ss = group_sum(ss, tpr, scratch);
+    ss = group_sum(ss, tpr, group, lane, scratch);
     const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
     const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
     if (lane == 0) p.rstd[row] = rstd;
@@ -117,6 +124,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
       }
     }
     // Second pass over the rest: the same thread wrote h_new there, so it reads its own store.
+#pragma unroll 1
     for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
       float f[kVec], wf[kVec];
       unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);

@@ -59,6 +59,8 @@ struct BwdParams {
   int64_t rows;
   int hidden;
   int chunks;
+  int64_t chunk_rows;  // rows / chunks
+  int chunk_rem;       // rows % chunks
   int tpr;
   int stages;
 };
@@ -73,7 +75,12 @@ CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool 
 }
 constexpr size_t kMaxSmemPerCta = 227 * 1024;  // sm_90 / sm_100 opt-in limit
 
-// Row range [begin, end) of chunk c of `chunks` over `rows`: balanced, a function of rows.
-CAKE_HD inline int64_t chunk_begin(int64_t c, int64_t rows, int64_t chunks) { return c * rows / chunks; }
+// First row of chunk c: floor(c * rows / chunks), balanced and a function of rows alone,
+// computed as c * q + floor(c * r / chunks) (q, r = rows / chunks, rows % chunks) so the
+// kernels divide 32-bit numbers (c * r < chunks^2 <= 2^24) instead of calling the 64-bit
+// division routine.
+CAKE_HD inline int64_t chunk_begin(int c, const BwdParams& p) {
+  return c * p.chunk_rows + static_cast<int64_t>(static_cast<uint32_t>(c * p.chunk_rem) / static_cast<uint32_t>(p.chunks));
+}
 
 }  // namespace cake

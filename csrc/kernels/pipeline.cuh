@@ -32,6 +32,10 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 // Waits until at most `stages - 1` groups are pending: the oldest row of the ring has landed.
 __device__ __forceinline__ void cp_async_wait_ring(int stages) {
+  if (stages == 2) {  // the tables' ring depth: one compare on the hot path
+    cp_async_wait<1>();
+    return;
+  }
   switch (stages) {
     case 1: cp_async_wait<0>(); break;
     case 2: cp_async_wait<1>(); break;

@@ -14,29 +14,22 @@ __device__ __forceinline__ void group_barrier(int id, int count) {
 // FP32 addition commutes); wider groups add their warps' sums through `scratch` (one float a
 // warp of the CTA) behind a named barrier of their own. Every thread of a group must call
 // this together: callers keep row loops uniform and mask invalid rows instead.
-__device__ __forceinline__ float group_sum(float v, int tpr, float* scratch /* >= 32 floats */) {
+// `group` and `lane` are the caller's threadIdx.x / tpr and threadIdx.x % tpr.
+__device__ __forceinline__ float group_sum(float v, int tpr, int group, int lane_in_group,
+                                           float* scratch /* >= 32 floats */) {
   const int width = tpr < 32 ? tpr : 32;
+#pragma unroll 1
   for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   if (tpr <= 32) return v;
-  const int group = threadIdx.x / tpr;
   const int warps = tpr >> 5;
   const int lane = threadIdx.x & 31;
   float* mine = scratch + group * warps;
   group_barrier(1 + group, tpr);  // the previous call's readers are done with scratch
-  if (lane == 0) mine[(threadIdx.x % tpr) >> 5] = v;
+  if (lane == 0) mine[lane_in_group >> 5] = v;
   group_barrier(1 + group, tpr);
   float s = lane < warps ? mine[lane] : 0.f;
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   return s;
-}
-
-// Kahan-compensated accumulation: s + c carries the running sum to about twice FP32's
-// precision, so a chunk's dw partial does not grow an error with its row count.
-__device__ __forceinline__ void kahan_add(float& s, float& c, float v) {
-  const float y = v - c;
-  const float t = s + y;
-  c = (t - s) - y;
-  s = t;
 }
 
 }  // namespace cake

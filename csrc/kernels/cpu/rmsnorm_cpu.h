@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../compensated.h"
 #include "../params.h"
 #include "numeric.h"
 
@@ -54,19 +55,6 @@ void forward(const FwdParams& p) {
   }
 }
 
-inline void kahan_add(float& s, float& c, float v) {
-  const float y = v - c;
-  const float t = s + y;
-  c = (t - s) - y;
-  s = t;
-}
-
-inline void neumaier_add(float& s, float& c, float v) {
-  const float t = s + v;
-  c += std::fabs(s) >= std::fabs(v) ? (s - t) + v : (v - t) + s;
-  s = t;
-}
-
 template <typename T, typename W>
 void backward(const BwdParams& p) {
   const int H = p.hidden;
@@ -76,8 +64,8 @@ void backward(const BwdParams& p) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
     if (part != nullptr)
       for (int i = 0; i < H; ++i) part[i] = comp[i] = 0.f;
-    const int64_t end = chunk_begin(c + 1, p.rows, p.chunks);
-    for (int64_t row = chunk_begin(c, p.rows, p.chunks); row < end; ++row) {
+    const int64_t end = chunk_begin(c + 1, p);
+    for (int64_t row = chunk_begin(c, p); row < end; ++row) {
       const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
       const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
       const float rstd = p.rstd[row];
@@ -100,17 +88,25 @@ void backward(const BwdParams& p) {
       for (int i = 0; i < H; ++i) part[i] -= comp[i];
   }
   if (p.dw == nullptr) return;
-  // The GPU finalize's order: chunk k into lane k % kFinalizeLanes, then the lanes in order.
+  // The GPU finalize's order: chunk k into lane k % kFinalizeLanes, then the lanes merged by
+  // the xor butterfly (every lane of a step computes the same merge; lane 0's is kept).
   for (int i = 0; i < H; ++i) {
     float s[kFinalizeLanes] = {0.f}, c[kFinalizeLanes] = {0.f};
     for (int k = 0; k < p.chunks; ++k)
       neumaier_add(s[k % kFinalizeLanes], c[k % kFinalizeLanes], p.partials[static_cast<int64_t>(k) * H + i]);
-    float total = 0.f, tc = 0.f;
-    for (int j = 0; j < kFinalizeLanes; ++j) {
-      neumaier_add(total, tc, s[j]);
-      tc += c[j];
+    for (int o = kFinalizeLanes / 2; o > 0; o >>= 1) {
+      float ns[kFinalizeLanes], nc[kFinalizeLanes];
+      for (int j = 0; j < kFinalizeLanes; ++j) {
+        ns[j] = s[j];
+        nc[j] = c[j];
+        neumaier_merge(ns[j], nc[j], s[j ^ o], c[j ^ o]);
+      }
+      for (int j = 0; j < kFinalizeLanes; ++j) {
+        s[j] = ns[j];
+        c[j] = nc[j];
+      }
     }
-    const float sum = total + tc;
+    const float sum = s[0] + c[0];
     p.dw[i] = p.accumulate ? p.dw[i] + sum : sum;
   }
 }

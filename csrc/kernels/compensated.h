@@ -1,0 +1,36 @@
+// Compensated FP32 sums shared by the CUDA kernels and the CPU path, so both round the same
+// way (only additions: nothing for FMA contraction to fuse). Torch-free, CUDA-free.
+#pragma once
+
+#include <math.h>
+
+#include "params.h"
+
+namespace cake {
+
+// Kahan: s + c carries the running sum to about twice FP32's precision (c holds the negated
+// error), so a chunk's dw partial does not grow an error with its row count.
+CAKE_HD inline void kahan_add(float& s, float& c, float v) {
+  const float y = v - c;
+  const float t = s + y;
+  c = (t - s) - y;
+  s = t;
+}
+
+// Neumaier: c accumulates every addition's rounding error (the sum is s + c).
+CAKE_HD inline void neumaier_add(float& s, float& c, float v) {
+  const float t = s + v;
+  c += fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s;
+  s = t;
+}
+
+// Merges two Neumaier pairs. Symmetric in its arguments (the same bits either way round), so
+// the two partners of a butterfly step end with equal values.
+CAKE_HD inline void neumaier_merge(float& s, float& c, float s2, float c2) {
+  const float t = s + s2;
+  const float e = fabsf(s) >= fabsf(s2) ? (s - t) + s2 : (s2 - t) + s;
+  c = (c + c2) + e;
+  s = t;
+}
+
+}  // namespace cake
