@@ -186,40 +186,45 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   cp_async_wait<0>();  // no copy outlives the CTA
 }
 
+// Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,
+// while a whole batch remains; leaves k at the first chunk not added.
+template <int BATCH, int LANES>
+__device__ __forceinline__ void add_chunk_batches(const float* src, int hidden, int chunks, int& k, float& s,
+                                                  float& c) {
+#pragma unroll 1
+  for (; k + (BATCH - 1) * LANES < chunks; k += BATCH * LANES) {
+    float v[BATCH];
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) v[u] = src[static_cast<int64_t>(k + u * LANES) * hidden];
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) neumaier_add(s, c, v[u]);
+  }
+}
+
 // dw[col] = the chunk partials summed in a fixed order: chunk k goes to lane k % kLanes of the
 // column (coalesced 32-column rows), each lane sums its chunks in order, then the lanes are
 // merged by an xor butterfly; Neumaier compensation throughout, one rounding at the end. The
 // order depends on (chunks, hidden) alone; the CPU path replays it.
+// Two CTAs an SM (32 registers a thread) let the finalize's CTAs sit beside the main kernel's
+// while they wait (PDL); a 58-register version could not, and measured 1-3 us slower at T=256.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS, 2) dw_finalize_kernel(const float* __restrict__ partials,
                                                               int chunks, int hidden,
                                                               float* __restrict__ dw, int accumulate) {
   constexpr int kLanes = THREADS / 32;
-  // Loads in flight per thread before the (ordered) adds. Two CTAs an SM (32 registers a
-  // thread) let the finalize's CTAs sit beside the main kernel's while they wait (PDL); at
-  // 58 registers they could not, and the small-T backward measured 1-3 us slower.
-  constexpr int kBatch = 8;
   __shared__ float sums[kLanes][33], comps[kLanes][33];  // padded: the transposed read is conflict-free
   pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
   const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + cl;
   float s = 0.f, c = 0.f;
   if (col < hidden) {
-    // A batch's loads are all issued before its ordered adds (predicated, never a zero
-    // added: the bits stay those of the CPU path); small chunk counts take one batch.
-    const int mine = lane < chunks ? (chunks - 1 - lane) / kLanes + 1 : 0;  // chunks of this lane
-    const int64_t stride = static_cast<int64_t>(kLanes) * hidden;
-    const float* src = partials + static_cast<int64_t>(lane) * hidden + col;
-#pragma unroll 1
-    for (int b = 0; b < mine; b += kBatch, src += kBatch * stride) {
-      float v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (b + u < mine) v[u] = src[u * stride];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (b + u < mine) neumaier_add(s, c, v[u]);
-    }
+    // Batches of 16, then 4, then single chunks, each batch's unpredicated loads in flight
+    // before its ordered adds (predicated batches measured slower at 2048 chunks: the
+    // 32-register budget kept only four loads in flight).
+    int k = lane;
+    add_chunk_batches<16, kLanes>(partials + col, hidden, chunks, k, s, c);
+    add_chunk_batches<4, kLanes>(partials + col, hidden, chunks, k, s, c);
+    add_chunk_batches<1, kLanes>(partials + col, hidden, chunks, k, s, c);
   }
   sums[lane][cl] = s;
   comps[lane][cl] = c;
