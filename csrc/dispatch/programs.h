@@ -141,6 +141,17 @@ constexpr int kCheckedWidths[] = {8,    16,   24,   40,    64,    104,   256,   
 static_assert(widths_valid(kCheckedWidths, sizeof(kCheckedWidths) / sizeof(int)),
               "every width's program runs on both routes");
 static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barriers 1..15 suffice");
+// chunk_first_row's 32-bit numerator c * (rows % chunks) needs chunks <= 65535.
+static_assert(max_chunks(1) <= 65535, "chunk counts keep c * r in 32 bits");
+constexpr bool first_rows_exact(int64_t rows, int chunks) {
+  for (int c = 0; c <= chunks; ++c)
+    if (chunk_first_row(c, rows / chunks, static_cast<int>(rows % chunks), chunks) != c * rows / chunks)
+      return false;
+  return true;
+}
+static_assert(first_rows_exact(1, 1) && first_rows_exact(129, 65) && first_rows_exact(8193, 4096) &&
+                  first_rows_exact((int64_t(1) << 19) + 3, 256) && first_rows_exact((int64_t(1) << 40) + 4095, 4096),
+              "chunk_first_row equals floor(c * rows / chunks)");
 static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) == 256 &&
                   backward_chunks(1 << 20, 512) == 2048,
               "chunks");

@@ -77,10 +77,13 @@ constexpr size_t kMaxSmemPerCta = 227 * 1024;  // sm_90 / sm_100 opt-in limit
 
 // First row of chunk c: floor(c * rows / chunks), balanced and a function of rows alone,
 // computed as c * q + floor(c * r / chunks) (q, r = rows / chunks, rows % chunks) so the
-// kernels divide 32-bit numbers (c * r < chunks^2 <= 2^24) instead of calling the 64-bit
-// division routine.
+// kernels divide 32-bit numbers (c * r < chunks^2 <= 2^24, programs.h holds chunks to 4096)
+// instead of calling the 64-bit division routine.
+CAKE_HD constexpr int64_t chunk_first_row(int c, int64_t q, int r, int chunks) {
+  return c * q + static_cast<int64_t>(static_cast<uint32_t>(c * r) / static_cast<uint32_t>(chunks));
+}
 CAKE_HD inline int64_t chunk_begin(int c, const BwdParams& p) {
-  return c * p.chunk_rows + static_cast<int64_t>(static_cast<uint32_t>(c * p.chunk_rem) / static_cast<uint32_t>(p.chunks));
+  return chunk_first_row(c, p.chunk_rows, p.chunk_rem, p.chunks);
 }
 
 }  // namespace cake
