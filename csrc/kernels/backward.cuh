@@ -18,6 +18,9 @@ namespace cake {
 // Inside a chunk the rows come through the same cp.async ring as the forward's; columns past
 // VPT * tpr vectors (very wide rows) are read directly, and their dw is summed in a second,
 // column-wise sweep over the chunk.
+// Loops other than the per-vector ones stay rolled and the row loop does no integer division:
+// at small T a warp's instruction chain is the kernel's latency (one warp a scheduler), so
+// every instruction on the hot path costs time (docs/perf/README.md, small-T measurements).
 template <typename T, typename WT, bool RES, int VPT>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]

@@ -16,6 +16,9 @@ namespace cake {
 // (rows wider than VPT * tpr vectors) are read directly in two passes. w stays in registers.
 // The reduction order depends on (hidden, tpr, VPT) only, so a row's outputs do not depend on
 // the number of rows or the grid.
+// Loops other than the per-vector ones stay rolled and the row loop does no integer division:
+// at small T a warp's instruction chain is the kernel's latency (one warp a scheduler), so
+// every instruction on the hot path costs time (docs/perf/README.md, small-T measurements).
 template <typename T, typename WT, bool RES, int VPT>
 __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
