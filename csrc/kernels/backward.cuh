@@ -27,11 +27,9 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   __shared__ float scratch[32];
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   constexpr int kStreams = RES ? 3 : 2;
-  const int tpr = p.tpr, cta = blockDim.x, stages = p.stages;
-  const int log_tpr = __ffs(tpr) - 1;  // tpr is a power of two: shifts, not integer division
-  const int rpc = cta >> log_tpr;
-  const int group = threadIdx.x >> log_tpr;
-  const int lane = threadIdx.x & (tpr - 1);
+  const RowGroup rg(p.tpr);
+  const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
+  const int cta = blockDim.x, stages = p.stages;
   const int nvec = p.hidden / kVec;
   const bool want_dw = p.dw != nullptr;
   // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
@@ -113,7 +111,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
         for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
       }
-      dot = group_sum(dot, tpr, group, lane, scratch);
+      dot = group_sum(dot, rg, scratch);
       const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
 
 #pragma unroll

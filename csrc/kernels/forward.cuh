@@ -24,11 +24,9 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
   extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
   __shared__ float scratch[32];
   constexpr int kStreams = RES ? 2 : 1;
-  const int tpr = p.tpr, cta = blockDim.x, stages = p.stages;
-  const int log_tpr = __ffs(tpr) - 1;  // tpr is a power of two: shifts, not integer division
-  const int rpc = cta >> log_tpr;
-  const int group = threadIdx.x >> log_tpr;
-  const int lane = threadIdx.x & (tpr - 1);
+  const RowGroup rg(p.tpr);
+  const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
+  const int cta = blockDim.x, stages = p.stages;
   const int nvec = p.hidden / kVec;
   const int64_t step = static_cast<int64_t>(gridDim.x) * rpc;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rpc + group;
@@ -109,7 +107,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 #pragma unroll
       for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
     }
-    ss = group_sum(ss, tpr, group, lane, scratch);
+    ss = group_sum(ss, rg, scratch);
     const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
     const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
     if (lane == 0) p.rstd[row] = rstd;
