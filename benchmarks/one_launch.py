@@ -16,7 +16,7 @@ import cake_rmsnorm as cr
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", choices=["fwd", "bwd"], default="fwd")
-    p.add_argument("--impl", choices=["cake", "tc", "F"], default="cake")
+    p.add_argument("--impl", choices=["cake", "tc", "F", "lg"], default="cake")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--launches", type=int, default=4)
@@ -35,6 +35,9 @@ def main():
             run = lambda: cr.cake_rmsnorm_train_backward(gy, x, w, rstd, dx=dx, dw=dw, workspace=ws)  # noqa: E731
     else:
         norm = (lambda t, ww: F.rms_norm(t, (a.hidden,), ww, 1e-6))
+        if a.impl == "lg":  # Liger 0.8.5, casting mode llama (the benchmark's peer)
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+            norm = (lambda t, ww: LigerRMSNormFunction.apply(t, ww, 1e-6, 0.0, "llama", False))
         if a.impl == "tc":
             norm = torch.compile(norm)
         xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()

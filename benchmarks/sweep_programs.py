@@ -74,7 +74,8 @@ def one(direction, H, T, args):
     res = measure(graphs, args.replays)
     ranked = sorted(res.items(), key=lambda kv: kv[1][0])
     return {"direction": direction, "H": H, "T": T, "table_us": res["table"][0],
-            "best": [(k, round(v[0], 3)) for k, v in ranked[: args.top]]}
+            "best": [(k, round(v[0], 3)) for k, v in ranked[: args.top]],
+            "all": {k: round(v[0], 3) for k, v in ranked}}
 
 
 def main():

@@ -112,8 +112,13 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
 
 // One program per width and direction, for every T and both routes (its ring is sized for the
 // residual route), so a row's outputs never depend on T.
+// Forward VPT target 5: where a row splits evenly either way, 6 vectors a thread beat 3 (half
+// the warps a row, a shorter cross-warp reduction): H 6144 t128x2_v6 against t256x1_v3 at
+// T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3) T 4096:
+// 7.8 vs 8.8 us; widths with a 4-vector split keep it (runs/h200-sweep-fwd-direct.json).
+constexpr int kFwdVptTarget = 5;
 constexpr Program forward_program(int hidden) {
-  return shaped(row_group(hidden, 4, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), 8, 256, false);
+  return shaped(row_group(hidden, kFwdVptTarget, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), 8, 256, false);
 }
 constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
@@ -127,6 +132,11 @@ static_assert(backward_program(512).tpr == 32 && backward_program(512).cta == 12
 static_assert(forward_program(2048).tpr == 64 && forward_program(2048).vpt == 4 && forward_program(2048).cta == 256,
               "fwd 2048: the sweep's t64x4_v4");
 static_assert(forward_program(512).tpr == 16 && forward_program(512).cta == 128, "fwd 512: t16x8_v4");
+static_assert(forward_program(6144).tpr == 128 && forward_program(6144).vpt == 6 && forward_program(6144).cta == 256 &&
+                  forward_program(5120).tpr == 128 && forward_program(5120).vpt == 6 &&
+                  forward_program(1536).tpr == 32 && forward_program(1536).vpt == 6 &&
+                  forward_program(4096).tpr == 128 && forward_program(4096).vpt == 4,
+              "fwd: 6 vectors a thread where the row splits evenly into them");
 static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).vpt == 4,
               "very wide rows: the widest group, the rest read directly");
 constexpr bool widths_valid(const int* hs, int n) {
