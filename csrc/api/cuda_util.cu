@@ -24,7 +24,6 @@ struct OccEntry {
   int64_t value;
 };
 constexpr int kOccCache = 1024;  // more than the library has (kernel, block size, ring) triples
-constexpr size_t kStaticSmem = 256;  // the kernels' static shared memory, rounded up
 OccEntry g_occ[kOccCache];
 int g_occ_n = 0;
 std::mutex g_occ_mu;
@@ -51,6 +50,16 @@ int64_t resident_sms() {
   return sms;
 }
 
+bool cooperative_launch_supported() {
+  int device = 0, coop = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return coop != 0;
+}
+
 int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
@@ -64,10 +73,13 @@ int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
   }
   // Rings above 48 KB need the opt-in limit; raising it to the device's maximum once serves
   // every ring size of the kernel (occupancy follows the size launched, not the limit).
+  // The limit counts the kernel's static shared memory too (the fused backward's is 8.6 KB).
   int sms = 0, per_sm = 0, optin = 0;
+  cudaFuncAttributes fa = {};
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           optin - static_cast<int>(kStaticSmem)) != cudaSuccess ||
+                           optin - static_cast<int>(fa.sharedSizeBytes)) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) {
     cudaGetLastError();  // leave no sticky error for the launch check

@@ -1,6 +1,7 @@
 // Backward launcher template: the dx + dw-partials kernel on a grid of at most the resident
 // CTAs, then the chunk-order finalize, launched as a programmatic dependent (it is resident
-// and waiting when the main kernel's last CTA ends, instead of paying a launch gap).
+// and waiting when the main kernel's last CTA ends, instead of paying a launch gap); or, for a
+// program with `fused`, one cooperative launch that finalizes dw after a grid barrier.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,16 +32,41 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// The fused launch: every CTA must be resident at once (the grid barrier), so its grid is
+// the occupancy bound (a ctas_per_sm override only lowers it) and the launch is cooperative.
+template <typename T, typename WT, bool RES, int VPT>
+int launch_backward_fused(const BwdParams& q, const Program& prog, size_t smem, int64_t wanted, int max_ctas,
+                          cudaStream_t s) {
+  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT, true>;
+  int64_t grid = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, 0, wanted, max_ctas);
+  if (prog.ctas_per_sm > 0 && grid > resident_sms() * prog.ctas_per_sm) grid = resident_sms() * prog.ctas_per_sm;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(prog.cta);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, q));
+}
+
 template <typename T, typename WT, bool RES, int VPT>
 int launch_backward_kernel(const BwdParams& p, const Program& prog, int max_ctas, cudaStream_t s) {
-  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT>;
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int rpc = prog.cta / prog.tpr;
-  const int64_t grid = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
-                                       (p.chunks + rpc - 1) / rpc, max_ctas);
+  const int64_t wanted = (p.chunks + rpc - 1) / rpc;
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
+  if (prog.fused && p.dw != nullptr && fused_finalize_cta(prog.cta) && smem <= kMaxFusedRingBytes &&
+      cooperative_launch_supported())
+    return launch_backward_fused<T, WT, RES, VPT>(q, prog, smem, wanted, max_ctas, s);
+  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT, false>;
+  const int64_t grid =
+      persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm, wanted, max_ctas);
   kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);

@@ -42,6 +42,7 @@ struct Program {
   int vpt;  // 16-byte vectors per thread held in the ring (an instantiated value)
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
   int stages = 1;       // cp.async ring depth, 1..kMaxStages
+  int fused = 0;        // backward: 1 = dw finalize in the main launch (cooperative), 0 = a second kernel
 };
 
 constexpr bool vpt_instantiated(int vpt, bool backward) {
@@ -63,7 +64,8 @@ constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
   return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
-         p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
+         p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0 &&
+         (p.fused == 0 || (backward && p.fused == 1));
 }
 
 // The general program's row group: the power-of-two tpr (<= max_tpr) and an

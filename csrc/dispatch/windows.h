@@ -59,9 +59,10 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
   return is_forward(route) ? forward_program(static_cast<int>(hidden)) : backward_program(static_cast<int>(hidden));
 }
 
-// "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages.
+// "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages;
+// "_fused": the backward's dw finalize runs in the main launch.
 inline void program_name(const Program& p, char* buf, size_t n) {
-  snprintf(buf, n, "general_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
+  snprintf(buf, n, "general_t%dx%d_v%d_s%d%s", p.tpr, p.cta / p.tpr, p.vpt, p.stages, p.fused ? "_fused" : "");
 }
 
 }  // namespace cake
