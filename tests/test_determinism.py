@@ -56,11 +56,10 @@ def test_row_outputs_do_not_depend_on_T(device, H, gen):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H", [512, 6144, 131072])
-def test_dw_bits_do_not_depend_on_grid(H, gen):
+@pytest.mark.parametrize("H,T", [(512, 4099), (6144, 4099), (131072, 37), (512, 1001), (2048, 255)])
+def test_dw_bits_do_not_depend_on_grid(H, T, gen):
     """The dw reduction tree is a function of T alone: any grid (standing in for another SM
-    count) gives the same bits."""
-    T = 4099 if H < 100000 else 37
+    count) gives the same bits, with row pairs (the last two shapes) or without."""
     x = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     g = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     w = make_weight(H, torch.bfloat16, "cuda", gen)
@@ -78,7 +77,10 @@ def test_dw_bits_do_not_depend_on_grid(H, gen):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H,T", [(512, 3), (2048, 4099), (6144, 1000), (5120, 70000), (131072, 37)])
+@pytest.mark.parametrize("H,T", [(512, 3), (2048, 4099), (6144, 1000), (5120, 70000), (131072, 37),
+                                 # chunks of two rows: row pairs at H 512 (two groups a CTA), 1536 (odd
+                                 # T) and 2048 (one group a CTA, doubled); one group a chunk beyond
+                                 (512, 1000), (1536, 255), (2048, 255), (6144, 256), (131072, 64)])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dw_bits_match_the_cpu_path(H, T, residual, gen):
     """dw's tree (chunks of T and H, Kahan within a chunk, Neumaier across) and its products

@@ -37,7 +37,7 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
 template <typename T, typename WT, bool RES, int VPT>
 int launch_backward_fused(const BwdParams& q, const Program& prog, size_t smem, int64_t wanted, int max_ctas,
                           cudaStream_t s) {
-  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT, true>;
+  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT, true, false>;
   int64_t grid = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, 0, wanted, max_ctas);
   if (prog.ctas_per_sm > 0 && grid > resident_sms() * prog.ctas_per_sm) grid = resident_sms() * prog.ctas_per_sm;
   cudaLaunchConfig_t cfg = {};
@@ -53,18 +53,42 @@ int launch_backward_fused(const BwdParams& q, const Program& prog, size_t smem, 
   return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, q));
 }
 
+// Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp
+// or more: two groups share each chunk (the CTA doubled when it holds one group, up to 256
+// threads: a 512-thread CTA of 128-register threads fills an SM), the ring holding one row (a group has no next row to prefetch). Only while the
+// pair grid fills at most half the resident CTAs: a fuller grid leaves the finalize no room to
+// wait beside it (PDL) and loses the second row's prefetch, and measured slower (H 1536 T 1024:
+// 10.25 vs 9.0 us; H 4096 T 256 with 512-thread CTAs: 9.0 vs 8.0 us). dx and dw have the same
+// bits either way.
 template <typename T, typename WT, bool RES, int VPT>
-int launch_backward_kernel(const BwdParams& p, const Program& prog, int max_ctas, cudaStream_t s) {
+bool pair_program(const BwdParams& p, const Program& prog, Program* out) {
+  if (prog.fused || prog.tpr < 32 || p.chunk_rows + (p.chunk_rem > 0 ? 1 : 0) != 2) return false;
+  Program q = prog;
+  if ((q.cta / q.tpr) % 2 != 0) q.cta *= 2;
+  q.stages = 1;
+  if (q.cta > kMaxBwdThreads) return false;
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(rmsnorm_bwd_kernel<T, WT, RES, VPT, false, true>),
+                                         q.cta, backward_smem_bytes(q.cta, VPT, q.stages, RES));
+  const int units = q.cta / q.tpr / 2;
+  if (resident <= 0 || 2 * ((p.chunks + units - 1) / units) > resident) return false;
+  *out = q;
+  return true;
+}
+
+template <typename T, typename WT, bool RES, int VPT>
+int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, cudaStream_t s) {
+  Program prog = table_prog;
+  const bool pair = pair_program<T, WT, RES, VPT>(p, table_prog, &prog);
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
-  const int rpc = prog.cta / prog.tpr;
-  const int64_t wanted = (p.chunks + rpc - 1) / rpc;
+  const int units = prog.cta / prog.tpr / (pair ? 2 : 1);  // chunks a CTA takes at a time
+  const int64_t wanted = (p.chunks + units - 1) / units;
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
   if (prog.fused && p.dw != nullptr && fused_finalize_cta(prog.cta) && smem <= kMaxFusedRingBytes &&
       cooperative_launch_supported())
     return launch_backward_fused<T, WT, RES, VPT>(q, prog, smem, wanted, max_ctas, s);
-  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT, false>;
+  auto kernel = pair ? rmsnorm_bwd_kernel<T, WT, RES, VPT, false, true> : rmsnorm_bwd_kernel<T, WT, RES, VPT, false, false>;
   const int64_t grid =
       persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm, wanted, max_ctas);
   kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);

@@ -100,7 +100,13 @@ constexpr bool fused_finalize_cta(int threads) { return threads == 64 || threads
 // FUSED (a cooperative launch, CTAs of 64, 128 or 256 threads, dw wanted): a grid barrier
 // after the last chunk, then the dw finalize in the same launch; else dw_finalize_kernel
 // follows as a programmatic dependent.
-template <typename T, typename WT, bool RES, int VPT, bool FUSED>
+// PAIR (chunks of at most two rows, groups of 32 threads or more, an even number a CTA): two
+// row groups share a chunk, the low one taking its first row and the high one its second, so
+// a small-T launch runs twice the groups, each with half the chain of dependent instructions.
+// The high group leaves its dw products (g * xhat, rounded as always) in its own consumed ring
+// slots; the low group adds them after its own row, the order of the one-group chunk: the
+// same dw bits.
+template <typename T, typename WT, bool RES, int VPT, bool FUSED, bool PAIR>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
   __shared__ float scratch[32];
@@ -122,10 +128,18 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
   for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
 
+  // PAIR: unit = the pair, whose two groups meet on named barrier pair_bar (past group_sum's).
+  const int unit = PAIR ? group >> 1 : group, units = PAIR ? rpc >> 1 : rpc;
+  const bool hi = PAIR && (group & 1);
+  const int pair_bar = 1 + (tpr > 32 ? rpc : 0) + unit;
 #pragma unroll 1
-  for (int c = blockIdx.x * rpc + group; c < p.chunks; c += gridDim.x * rpc) {
-    const int64_t begin = chunk_begin(c, p);
-    const int64_t end = chunk_begin(c + 1, p);
+  for (int c = blockIdx.x * units + unit; c < p.chunks; c += gridDim.x * units) {
+    const int64_t cbegin = chunk_begin(c, p);
+    const int64_t cend = chunk_begin(c + 1, p);
+    // This group's rows of the chunk: all of them, or (PAIR) the first or the second.
+    const int64_t split = cbegin + 1 < cend ? cbegin + 1 : cend;
+    const int64_t begin = PAIR && hi ? split : cbegin;
+    const int64_t end = PAIR && !hi ? split : cend;
     auto issue = [&](int64_t row, int s) {
       const bool valid = row < end;
       const int64_t r = valid ? row : begin;
@@ -201,12 +215,18 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
         if (RES) unpack8<T>(lds16(src + (2 * VPT + k) * kstep), d);
         wv[k].get(wf);
+        float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           const float xhat = __fmul_rn(xf[j], rstd);
           const float val = rstd * ((gf[j] * wf[j]) - mean * xhat);
           d[j] = RES ? val + d[j] : val;
-          kahan_add(acc[k][j], comp[k][j], __fmul_rn(gf[j], xhat));
+          prod[j] = __fmul_rn(gf[j], xhat);
+          if (!hi) kahan_add(acc[k][j], comp[k][j], prod[j]);
+        }
+        if (hi) {  // into this vector's g and x slots, read above (stage 0: one row a chunk)
+          sts16f(src + k * kstep, prod[0], prod[1], prod[2], prod[3]);
+          sts16f(src + (VPT + k) * kstep, prod[4], prod[5], prod[6], prod[7]);
         }
         if (v < nvec) store16(dx + v * kVec, pack8<T>(d));
       }
@@ -231,6 +251,23 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
     // refills the slots (only empty groups are pending here, so this costs nothing).
     cp_async_wait<0>();
     if (!want_dw) continue;
+    if (PAIR) {
+      if (tpr >= 32) group_barrier(pair_bar, 2 * tpr);  // the high group's products are in place
+      if (!hi && split < cend) {
+        const uint32_t hsrc = base + tpr * 16u;  // the high group's thread of this lane, stage 0
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          const uint4 a = lds16(hsrc + k * kstep), b = lds16(hsrc + (VPT + k) * kstep);
+          const float q[kVec] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z),
+                                 __uint_as_float(a.w), __uint_as_float(b.x), __uint_as_float(b.y),
+                                 __uint_as_float(b.z), __uint_as_float(b.w)};
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) kahan_add(acc[k][j], comp[k][j], q[j]);
+        }
+      }
+      if (tpr >= 32) group_barrier(pair_bar, 2 * tpr);  // read: the high group may refill its slots
+      if (hi) continue;
+    }
     float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -251,7 +288,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
       for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;
 #pragma unroll 1
-      for (int64_t row = begin; row < end; ++row) {
+      for (int64_t row = cbegin; row < cend; ++row) {  // PAIR: the low group sweeps both rows
         float gf[kVec], xf[kVec];
         const float rstd = p.rstd[row];
         unpack8<T>(load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec), gf);
