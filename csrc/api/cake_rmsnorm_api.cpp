@@ -19,7 +19,6 @@ namespace {
 
 thread_local std::string g_last_cuda_error;
 thread_local cake::Program g_override[2] = {};
-thread_local int g_finalize_override = -1;  // -1: the program's choice; 0: two kernels; 1: fused
 
 // The window table's program for the call, or this thread's tuning override.
 [[maybe_unused]] bool select_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
@@ -35,11 +34,6 @@ thread_local int g_finalize_override = -1;  // -1: the program's choice; 0: two 
   }
   *out = o;
   return cake::program_valid(o, backward, cake::has_residual(route));
-}
-
-// The backward's dw finalize: the program's choice, or this thread's override.
-[[maybe_unused]] void apply_finalize_override(cake::Program* prog) {
-  if (g_finalize_override >= 0) prog->fused = g_finalize_override;
 }
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
@@ -192,7 +186,6 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   cake::Program prog;
   if (!select_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
-  apply_finalize_override(&prog);
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16
                        ? cake::launch_backward_bf16(p, w32, prog, a->max_ctas, stream)
@@ -237,12 +230,6 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
   // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
   if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_override[direction] = p;
-  return CAKE_OK;
-}
-
-cake_status_t cake_rmsnorm_set_finalize_override(int mode) {
-  if (mode < -1 || mode > 1) return CAKE_ERR_INVALID_ARGUMENT;
-  g_finalize_override = mode;
   return CAKE_OK;
 }
 

@@ -50,16 +50,6 @@ int64_t resident_sms() {
   return sms;
 }
 
-bool cooperative_launch_supported() {
-  int device = 0, coop = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return coop != 0;
-}
-
 int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
@@ -73,7 +63,7 @@ int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
   }
   // Rings above 48 KB need the opt-in limit; raising it to the device's maximum once serves
   // every ring size of the kernel (occupancy follows the size launched, not the limit).
-  // The limit counts the kernel's static shared memory too (the fused backward's is 8.6 KB).
+  // The limit counts the kernel's static shared memory too.
   int sms = 0, per_sm = 0, optin = 0;
   cudaFuncAttributes fa = {};
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||

@@ -1,7 +1,6 @@
 // Backward launcher template: the dx + dw-partials kernel on a grid of at most the resident
 // CTAs, then the chunk-order finalize, launched as a programmatic dependent (it is resident
-// and waiting when the main kernel's last CTA ends, instead of paying a launch gap); or, for a
-// program with `fused`, one cooperative launch that finalizes dw after a grid barrier.
+// and waiting when the main kernel's last CTA ends, instead of paying a launch gap).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,27 +31,6 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
   return static_cast<int>(cudaGetLastError());
 }
 
-// The fused launch: every CTA must be resident at once (the grid barrier), so its grid is
-// the occupancy bound (a ctas_per_sm override only lowers it) and the launch is cooperative.
-template <typename T, typename WT, bool RES, int VPT>
-int launch_backward_fused(const BwdParams& q, const Program& prog, size_t smem, int64_t wanted, int max_ctas,
-                          cudaStream_t s) {
-  auto kernel = rmsnorm_bwd_kernel<T, WT, RES, VPT, true, false>;
-  int64_t grid = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, 0, wanted, max_ctas);
-  if (prog.ctas_per_sm > 0 && grid > resident_sms() * prog.ctas_per_sm) grid = resident_sms() * prog.ctas_per_sm;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(prog.cta);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, q));
-}
-
 // Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp
 // or more: two groups share each chunk (the CTA doubled when it holds one group, up to 256
 // threads: a 512-thread CTA of 128-register threads fills an SM), the ring holding one row (a group has no next row to prefetch). Only while the
@@ -62,12 +40,12 @@ int launch_backward_fused(const BwdParams& q, const Program& prog, size_t smem, 
 // bits either way.
 template <typename T, typename WT, bool RES, int VPT>
 bool pair_program(const BwdParams& p, const Program& prog, Program* out) {
-  if (prog.fused || prog.tpr < 32 || p.chunk_rows + (p.chunk_rem > 0 ? 1 : 0) != 2) return false;
+  if (prog.tpr < 32 || p.chunk_rows + (p.chunk_rem > 0 ? 1 : 0) != 2) return false;
   Program q = prog;
   if ((q.cta / q.tpr) % 2 != 0) q.cta *= 2;
   q.stages = 1;
   if (q.cta > kMaxBwdThreads) return false;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(rmsnorm_bwd_kernel<T, WT, RES, VPT, false, true>),
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(rmsnorm_bwd_kernel<T, WT, RES, VPT, true>),
                                          q.cta, backward_smem_bytes(q.cta, VPT, q.stages, RES));
   const int units = q.cta / q.tpr / 2;
   if (resident <= 0 || 2 * ((p.chunks + units - 1) / units) > resident) return false;
@@ -85,10 +63,7 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
-  if (prog.fused && p.dw != nullptr && fused_finalize_cta(prog.cta) && smem <= kMaxFusedRingBytes &&
-      cooperative_launch_supported())
-    return launch_backward_fused<T, WT, RES, VPT>(q, prog, smem, wanted, max_ctas, s);
-  auto kernel = pair ? rmsnorm_bwd_kernel<T, WT, RES, VPT, false, true> : rmsnorm_bwd_kernel<T, WT, RES, VPT, false, false>;
+  auto kernel = pair ? rmsnorm_bwd_kernel<T, WT, RES, VPT, true> : rmsnorm_bwd_kernel<T, WT, RES, VPT, false>;
   const int64_t grid =
       persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm, wanted, max_ctas);
   kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);

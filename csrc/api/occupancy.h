@@ -13,9 +13,6 @@ int64_t resident_ctas(const void* kernel, int threads, size_t smem);
 // SMs of the current device (0 when the query fails).
 int64_t resident_sms();
 
-// Whether the current device runs cooperative launches (grid barriers).
-bool cooperative_launch_supported();
-
 // A persistent grid for `wanted` CTAs of `threads` threads and `smem` bytes: at most the
 // resident CTAs (ctas_per_sm > 0: that many a SM), at most max_ctas when > 0.
 inline int64_t persistent_grid(const void* kernel, int threads, size_t smem, int ctas_per_sm, int64_t wanted,

@@ -42,7 +42,6 @@ struct Program {
   int vpt;  // 16-byte vectors per thread held in the ring (an instantiated value)
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
   int stages = 1;       // cp.async ring depth, 1..kMaxStages
-  int fused = 0;        // backward: 1 = dw finalize in the main launch (cooperative), 0 = a second kernel
 };
 
 constexpr bool vpt_instantiated(int vpt, bool backward) {
@@ -64,8 +63,7 @@ constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
   return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
-         p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0 &&
-         (p.fused == 0 || (backward && p.fused == 1));
+         p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
 }
 
 // The general program's row group: the power-of-two tpr (<= max_tpr) and an
@@ -112,15 +110,22 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
   return p;
 }
 
-// One program per width and direction, for every T and both routes (its ring is sized for the
-// residual route), so a row's outputs never depend on T.
-// Forward VPT target 5: where a row splits evenly either way, 6 vectors a thread beat 3 (half
-// the warps a row, a shorter cross-warp reduction): H 6144 t128x2_v6 against t256x1_v3 at
-// T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3) T 4096:
-// 7.8 vs 8.8 us; widths with a 4-vector split keep it (runs/h200-sweep-fwd-direct.json).
+// One program per width, direction and route, for every T (the ring is sized for the residual
+// route), so a row's outputs never depend on T.
+// Plain forward, VPT target 5: where a row splits evenly either way, 6 vectors a thread beat 3
+// (half the warps a row, a shorter cross-warp reduction): H 6144 t128x2_v6 against t256x1_v3
+// at T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3)
+// T 4096: 7.8 vs 8.8 us; widths with a 4-vector split keep it (runs/h200-sweep-fwd-direct.json).
+// Residual forward, VPT target 4: its two streams double the ring, and 6 vectors a thread
+// measured 0.68-0.82x of the best peer at H 6144 (runs/h200-residual-perhead.json, a86fb71)
+// where target 4 had measured 0.91-0.96x (runs/h200-residual-perhead-f31bcf5.json, the same
+// forward kernel).
 constexpr int kFwdVptTarget = 5;
-constexpr Program forward_program(int hidden) {
-  return shaped(row_group(hidden, kFwdVptTarget, kMaxFwdTpr, kFwdVpts, kNumFwdVpts), 8, 256, false);
+constexpr int kFwdResidualVptTarget = 4;
+constexpr Program forward_program(int hidden, bool residual = false) {
+  return shaped(row_group(hidden, residual ? kFwdResidualVptTarget : kFwdVptTarget, kMaxFwdTpr, kFwdVpts,
+                          kNumFwdVpts),
+                8, 256, false);
 }
 constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
@@ -139,11 +144,15 @@ static_assert(forward_program(6144).tpr == 128 && forward_program(6144).vpt == 6
                   forward_program(1536).tpr == 32 && forward_program(1536).vpt == 6 &&
                   forward_program(4096).tpr == 128 && forward_program(4096).vpt == 4,
               "fwd: 6 vectors a thread where the row splits evenly into them");
+static_assert(forward_program(6144, true).tpr == 256 && forward_program(6144, true).vpt == 3 &&
+                  forward_program(1536, true).tpr == 64 && forward_program(1536, true).vpt == 3,
+              "residual fwd: the 4-vector target");
 static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 << 20).vpt == 4,
               "very wide rows: the widest group, the rest read directly");
 constexpr bool widths_valid(const int* hs, int n) {
   for (int i = 0; i < n; ++i)
-    if (!program_valid(forward_program(hs[i]), false) || !program_valid(backward_program(hs[i]), true))
+    if (!program_valid(forward_program(hs[i]), false) || !program_valid(forward_program(hs[i], true), false) ||
+        !program_valid(backward_program(hs[i]), true))
       return false;
   return true;
 }

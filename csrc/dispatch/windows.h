@@ -45,7 +45,8 @@ inline bool arch_known(int sm) {
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
   if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
   const int h = static_cast<int>(hidden);
-  if (cap > 0) out[0] = Window{0, -1, is_forward(route) ? forward_program(h) : backward_program(h)};
+  if (cap > 0)
+    out[0] = Window{0, -1, is_forward(route) ? forward_program(h, has_residual(route)) : backward_program(h)};
   return 1;
 }
 
@@ -56,13 +57,13 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
   const int n = windows_for(route, hidden, arch_known(sm) ? sm : 90, w, 16);
   for (int i = 0; i < n && i < 16; ++i)
     if (rows > w[i].above && (w[i].at_most < 0 || rows <= w[i].at_most)) return w[i].program;
-  return is_forward(route) ? forward_program(static_cast<int>(hidden)) : backward_program(static_cast<int>(hidden));
+  return is_forward(route) ? forward_program(static_cast<int>(hidden), has_residual(route))
+                           : backward_program(static_cast<int>(hidden));
 }
 
-// "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages;
-// "_fused": the backward's dw finalize runs in the main launch.
+// "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages.
 inline void program_name(const Program& p, char* buf, size_t n) {
-  snprintf(buf, n, "general_t%dx%d_v%d_s%d%s", p.tpr, p.cta / p.tpr, p.vpt, p.stages, p.fused ? "_fused" : "");
+  snprintf(buf, n, "general_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
 }
 
 }  // namespace cake

@@ -2,8 +2,6 @@
 // and FP32 per-chunk dw partials; dw_finalize sums them in chunk order. Torch-free.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include "compensated.h"
 #include "params.h"
 #include "pipeline.cuh"
@@ -11,80 +9,6 @@
 #include "vec.cuh"
 
 namespace cake {
-
-// The dw finalize fused into the main launch (FUSED kernels, a cooperative grid): after the
-// grid barrier, CTA b sums 32-column slices b, b + gridDim.x, ... in dw_finalize_kernel's
-// order exactly (chunk-lane L of a column adds chunks L, L + 32, ... in order, Neumaier; the
-// 32 lanes merge by the same xor butterfly), so dw has the same bits either way. The CTA's
-// W = 32 / NL warps each run NL chunk-lanes (warp w: lanes w, w + W, ...), all lanes' loads
-// of a batch in flight together (32 a thread). `fin` holds [2][32][33] floats.
-template <int NL>
-__device__ __noinline__ void fused_finalize(const float* __restrict__ partials, int chunks, int hidden,
-                                            float* __restrict__ dw, int accumulate, float* fin) {
-  constexpr int W = 32 / NL;
-  constexpr int B = 32 / NL;  // rounds a batch: NL * B = 32 loads in flight
-  float(*sums)[33] = reinterpret_cast<float(*)[33]>(fin);
-  float(*comps)[33] = reinterpret_cast<float(*)[33]>(fin + 32 * 33);
-  const int cl = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int slices = (hidden + 31) / 32;
-  const int full = chunks / 32;  // rounds in which all 32 lanes of a column have a chunk
-#pragma unroll 1
-  for (int slice = blockIdx.x; slice < slices; slice += gridDim.x) {
-    const int col = slice * 32 + cl;
-    float s[NL], c[NL];
-#pragma unroll
-    for (int i = 0; i < NL; ++i) s[i] = c[i] = 0.f;
-    if (col < hidden) {
-      const float* src = partials + col + static_cast<int64_t>(warp) * hidden;  // chunk warp + i*W + 32j
-      int j = 0;
-#pragma unroll 1
-      for (; j + B <= full; j += B) {
-        float v[B][NL];
-#pragma unroll
-        for (int b = 0; b < B; ++b)
-#pragma unroll
-          for (int i = 0; i < NL; ++i) v[b][i] = src[static_cast<int64_t>(i * W + 32 * (j + b)) * hidden];
-#pragma unroll
-        for (int b = 0; b < B; ++b)
-#pragma unroll
-          for (int i = 0; i < NL; ++i) neumaier_add(s[i], c[i], v[b][i]);
-      }
-#pragma unroll 1
-      for (; 32 * j < chunks; ++j) {  // the last rounds, the final one partial
-        float v[NL];
-#pragma unroll
-        for (int i = 0; i < NL; ++i)
-          v[i] = warp + i * W + 32 * j < chunks ? src[static_cast<int64_t>(i * W + 32 * j) * hidden] : 0.f;
-#pragma unroll
-        for (int i = 0; i < NL; ++i)
-          if (warp + i * W + 32 * j < chunks) neumaier_add(s[i], c[i], v[i]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < NL; ++i) {
-      sums[warp + i * W][cl] = s[i];
-      comps[warp + i * W][cl] = c[i];
-    }
-    __syncthreads();
-#pragma unroll 1
-    for (int i = 0; i < NL; ++i) {  // column warp + i*W of the slice: its 32 lanes, transposed
-      const int lc = warp + i * W;
-      float a = sums[cl][lc], e = comps[cl][lc];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-        neumaier_merge(a, e, __shfl_xor_sync(0xffffffffu, a, o), __shfl_xor_sync(0xffffffffu, e, o));
-      const int out = slice * 32 + lc;
-      if (cl == 0 && out < hidden) {
-        const float sum = a + e;
-        dw[out] = accumulate ? dw[out] + sum : sum;
-      }
-    }
-    __syncthreads();  // the next slice reuses fin
-  }
-}
-
-// Whether a CTA of `threads` threads can run the fused finalize (its warps split 32 lanes).
-constexpr bool fused_finalize_cta(int threads) { return threads == 64 || threads == 128 || threads == 256; }
 
 // dw partials are per chunk: chunk c of p.chunks (a function of rows and hidden alone) covers
 // rows [chunk_begin(c), chunk_begin(c + 1)) and one row group sums it, row by row in order, in
@@ -97,20 +21,17 @@ constexpr bool fused_finalize_cta(int threads) { return threads == 64 || threads
 // Loops other than the per-vector ones stay rolled and the row loop does no integer division:
 // at small T a warp's instruction chain is the kernel's latency (one warp a scheduler), so
 // every instruction on the hot path costs time (docs/perf/README.md, small-T measurements).
-// FUSED (a cooperative launch, CTAs of 64, 128 or 256 threads, dw wanted): a grid barrier
-// after the last chunk, then the dw finalize in the same launch; else dw_finalize_kernel
-// follows as a programmatic dependent.
 // PAIR (chunks of at most two rows, groups of 32 threads or more, an even number a CTA): two
 // row groups share a chunk, the low one taking its first row and the high one its second, so
 // a small-T launch runs twice the groups, each with half the chain of dependent instructions.
 // The high group leaves its dw products (g * xhat, rounded as always) in its own consumed ring
 // slots; the low group adds them after its own row, the order of the one-group chunk: the
 // same dw bits.
-template <typename T, typename WT, bool RES, int VPT, bool FUSED, bool PAIR>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
   __shared__ float scratch[32];
-  if (!FUSED) pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
+  pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   constexpr int kStreams = RES ? 3 : 2;
   const RowGroup rg(p.tpr);
   const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
@@ -301,15 +222,6 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
     }
   }
   cp_async_wait<0>();  // no copy outlives the CTA
-  if (FUSED) {
-    __shared__ float fin[FUSED ? 2 * 32 * 33 : 1];
-    cooperative_groups::this_grid().sync();  // every chunk's partial is written and visible
-    switch (blockDim.x) {
-      case 64: fused_finalize<16>(p.partials, p.chunks, p.hidden, p.dw, p.accumulate, fin); break;
-      case 128: fused_finalize<8>(p.partials, p.chunks, p.hidden, p.dw, p.accumulate, fin); break;
-      default: fused_finalize<4>(p.partials, p.chunks, p.hidden, p.dw, p.accumulate, fin); break;
-    }
-  }
 }
 
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,

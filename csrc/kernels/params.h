@@ -74,8 +74,6 @@ CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool 
   return size_t(stages) * cta * ((res ? 3 : 2) * vpt * 16 + 4);
 }
 constexpr size_t kMaxSmemPerCta = 227 * 1024;  // sm_90 / sm_100 opt-in limit
-// The fused backward's ring leaves room for its finalize's static shared memory.
-constexpr size_t kMaxFusedRingBytes = kMaxSmemPerCta - 10 * 1024;
 
 // First row of chunk c: floor(c * rows / chunks), balanced and a function of rows alone,
 // computed as c * q + floor(c * r / chunks) (q, r = rows / chunks, rows % chunks) so the

@@ -5,11 +5,9 @@ on T, which an override can break."""
 
 import contextlib
 
-from ._lib import set_finalize_override, set_program_override
+from ._lib import set_program_override
 
-__all__ = ["program_override", "finalize_override", "FORWARD", "BACKWARD", "FINALIZE_MODES"]
-
-FINALIZE_MODES = {"separate": 0, "fused": 1}
+__all__ = ["program_override", "FORWARD", "BACKWARD"]
 
 FORWARD, BACKWARD = 0, 1
 
@@ -31,18 +29,3 @@ def program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: 
     finally:
         set_program_override(direction, 0, 0, 0, 0, 0)
 
-
-@contextlib.contextmanager
-def finalize_override(mode: str):
-    """``with finalize_override("fused"):`` backward launches in the block that produce dw sum
-    the dw partials in the main launch (a cooperative grid with a grid barrier; CTAs of 64,
-    128 or 256 threads, else two kernels); ``"separate"``: in a second kernel launched as a
-    programmatic dependent. dw has the same bits either way. Raises ValueError for another
-    mode."""
-    if mode not in FINALIZE_MODES:
-        raise ValueError(f"mode must be one of {sorted(FINALIZE_MODES)}, got {mode!r}")
-    set_finalize_override(FINALIZE_MODES[mode])
-    try:
-        yield
-    finally:
-        set_finalize_override(-1)

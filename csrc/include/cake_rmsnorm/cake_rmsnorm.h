@@ -125,14 +125,6 @@ CAKE_API unsigned cake_rmsnorm_built_archs(void);
 CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt,
                                                          int ctas_per_sm, int stages);
 
-/* Tuning hook (finalize measurements): while set, this thread's CUDA backward launches that
- * produce dw finalize it with mode 1 in the main launch (a cooperative grid: a grid barrier,
- * then every CTA sums a share of the columns; CTAs of 64, 128 or 256 threads, else two
- * kernels) or with mode 0 in a second kernel (a programmatic dependent launch); -1 restores
- * the program's choice. dw bits are the same in both modes. Other values:
- * CAKE_ERR_INVALID_ARGUMENT. */
-CAKE_API cake_status_t cake_rmsnorm_set_finalize_override(int mode);
-
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */
 CAKE_API const char* cake_rmsnorm_last_cuda_error(void);
