@@ -233,6 +233,17 @@ def test_introspection():
     assert os.path.exists(cr.get_library_path())
 
 
+def test_forward_routes_take_their_own_rules():
+    """The plain forward aims at 6 vectors a thread where a row splits evenly into them, the
+    residual forward at 4 (its ring holds two streams); widths with a 4-vector split share it."""
+    def prog(route, H):
+        return cr.program_windows(route, H, sm=90)[route][0][2]
+    assert prog("fwd", 6144) == "general_t128x2_v6_s2" and prog("fwd_residual", 6144) == "general_t256x1_v3_s2"
+    assert prog("fwd", 1536) == "general_t32x8_v6_s2" and prog("fwd_residual", 1536) == "general_t64x4_v3_s2"
+    for H in (512, 2048, 4096, 8192):
+        assert prog("fwd", H) == prog("fwd_residual", H), H
+
+
 def test_workspace_sizing():
     b = cr.cake_rmsnorm_train_backward_workspace_bytes
     for H in (512, 4096, 6144):
