@@ -32,12 +32,13 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
 }
 
 // Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp
-// or more: two groups share each chunk (the CTA doubled when it holds one group, up to 256
-// threads: a 512-thread CTA of 128-register threads fills an SM), the ring holding one row (a group has no next row to prefetch). Only while the
-// pair grid fills at most half the resident CTAs: a fuller grid leaves the finalize no room to
-// wait beside it (PDL) and loses the second row's prefetch, and measured slower (H 1536 T 1024:
-// 10.25 vs 9.0 us; H 4096 T 256 with 512-thread CTAs: 9.0 vs 8.0 us). dx and dw have the same
-// bits either way.
+// or more (named barriers count whole warps): two groups share each chunk, the CTA doubled when
+// it holds one group, up to 256 threads (a 512-thread CTA of 128-register threads fills an SM);
+// the ring holds one row (a group has no next row to prefetch). Only while the pair grid fills
+// at most half the resident CTAs: a fuller grid leaves the finalize no room to wait beside it
+// (PDL) and loses the second row's prefetch, and measured slower (H 1536 T 1024: 10.25 vs
+// 9.0 us; H 4096 T 256 with 512-thread CTAs: 9.0 vs 8.0 us). dx and dw have the same bits
+// either way.
 template <typename T, typename WT, bool RES, int VPT>
 bool pair_program(const BwdParams& p, const Program& prog, Program* out) {
   if (prog.tpr < 32 || p.chunk_rows + (p.chunk_rem > 0 ? 1 : 0) != 2) return false;

@@ -117,7 +117,7 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
 // at T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3)
 // T 4096: 7.8 vs 8.8 us; widths with a 4-vector split keep it (runs/h200-sweep-fwd-direct.json).
 // Residual forward, VPT target 4: its two streams double the ring, and 6 vectors a thread
-// measured 0.68-0.82x of the best peer at H 6144 (runs/h200-residual-perhead.json, a86fb71)
+// measured 0.68-0.82x of the best peer at H 6144 (runs/h200-residual-perhead.json, d707f8b)
 // where target 4 had measured 0.91-0.96x (runs/h200-residual-perhead-f31bcf5.json, the same
 // forward kernel).
 constexpr int kFwdVptTarget = 5;
