@@ -28,4 +28,3 @@ def program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: 
         yield
     finally:
         set_program_override(direction, 0, 0, 0, 0, 0)
-
