@@ -31,6 +31,7 @@ template <typename T, typename WT, bool RES, int VPT, bool PAIR>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
   __shared__ float scratch[32];
+  GroupScratch gs{scratch};
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   constexpr int kStreams = RES ? 3 : 2;
   const RowGroup rg(p.tpr);
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
       const float rstd = lds4f(rbase + s * cta * 4u);
 
-      float dot = 0.f;
+      float part[VPT];  // each vector's sum of g*w*xhat, then a tree over the vectors
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float gf[kVec], xf[kVec], wf[kVec];
@@ -112,8 +113,10 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
         wv[k].get(wf);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
+        for (int j = 0; j < kVec; ++j) gf[j] = (gf[j] * wf[j]) * (xf[j] * rstd);
+        part[k] = tree_sum(gf);
       }
+      float dot = tree_sum(part);
 #pragma unroll 1
       for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec];
@@ -123,9 +126,10 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         w2.load(p.w, v * kVec, true);
         w2.get(wf);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) dot += (gf[j] * wf[j]) * (xf[j] * rstd);
+        for (int j = 0; j < kVec; ++j) gf[j] = (gf[j] * wf[j]) * (xf[j] * rstd);
+        dot += tree_sum(gf);
       }
-      dot = group_sum(dot, rg, scratch);
+      dot = group_sum(dot, rg, gs);
       const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
 
 #pragma unroll

@@ -23,6 +23,7 @@ template <typename T, typename WT, bool RES, int VPT>
 __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
   __shared__ float scratch[32];
+  GroupScratch gs{scratch};
   constexpr int kStreams = RES ? 2 : 1;
   const RowGroup rg(p.tpr);
   const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     T* y = static_cast<T*>(p.y) + row * p.y_stride;
 
     uint4 hv[VPT];
-    float ss = 0.f;
+    float part[VPT];  // each vector's sum of squares, then a tree over the vectors
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       float f[kVec];
@@ -88,8 +89,10 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
         if (v < nvec) store16(h + v * kVec, hv[k]);
       }
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
+      for (int j = 0; j < kVec; ++j) f[j] *= f[j];
+      part[k] = tree_sum(f);
     }
+    float ss = tree_sum(part);
     // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
 #pragma unroll 1
     for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
@@ -105,9 +108,10 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
         unpack8<T>(packed, f);
       }
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) ss += f[j] * f[j];
+      for (int j = 0; j < kVec; ++j) f[j] *= f[j];
+      ss += tree_sum(f);
     }
-    ss = group_sum(ss, rg, scratch);
+    ss = group_sum(ss, rg, gs);
     const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
     const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
     if (lane == 0) p.rstd[row] = rstd;

@@ -30,21 +30,27 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-// Waits until at most `stages - 1` groups are pending: the oldest row of the ring has landed.
-__device__ __forceinline__ void cp_async_wait_ring(int stages) {
-  if (stages == 2) {  // the tables' ring depth: one compare on the hot path
-    cp_async_wait<1>();
-    return;
-  }
+// Deeper rings (tuning overrides only): out of line (static: one copy a translation unit),
+// so the jump table and its constant-bank loads stay off the hot path.
+static __device__ __noinline__ void cp_async_wait_deep(int stages) {
   switch (stages) {
-    case 1: cp_async_wait<0>(); break;
-    case 2: cp_async_wait<1>(); break;
     case 3: cp_async_wait<2>(); break;
     case 4: cp_async_wait<3>(); break;
     case 5: cp_async_wait<4>(); break;
     case 6: cp_async_wait<5>(); break;
     case 7: cp_async_wait<6>(); break;
     default: cp_async_wait<7>(); break;
+  }
+}
+// Waits until at most `stages - 1` groups are pending: the oldest row of the ring has landed.
+// The tables' depths (2, or 1 for very wide rows) cost a compare and a branch.
+__device__ __forceinline__ void cp_async_wait_ring(int stages) {
+  if (stages == 2) {
+    cp_async_wait<1>();
+  } else if (stages == 1) {
+    cp_async_wait<0>();
+  } else {
+    cp_async_wait_deep(stages);
   }
 }
 

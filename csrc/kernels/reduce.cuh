@@ -21,25 +21,43 @@ struct RowGroup {
   }
 };
 
+// Cross-warp scratch of one CTA: two halves of one float a warp (a CTA has at most 16 warps),
+// used in turn by successive group_sum calls, so one barrier a call suffices: a thread still
+// reading half h of call i has not reached call i + 1's barrier, which every writer of call
+// i + 2 (half h again) has passed.
+struct GroupScratch {
+  float* base;  // >= 32 floats of shared memory
+  int half = 0;
+};
+
 // A row group is `tpr` consecutive threads, tpr a power of two. Groups up to a warp reduce
 // with an xor butterfly inside their aligned lanes (every lane ends with the same bits, as
-// FP32 addition commutes); wider groups add their warps' sums through `scratch` (one float a
-// warp of the CTA) behind a named barrier of their own. Every thread of a group must call
-// this together: callers keep row loops uniform and mask invalid rows instead.
-__device__ __forceinline__ float group_sum(float v, const RowGroup& rg, float* scratch /* >= 32 floats */) {
+// FP32 addition commutes); wider groups add their warps' sums through the scratch behind a
+// named barrier of their own; every aligned block of `warps` lanes then reads the same sums
+// and runs the same butterfly over them, so all lanes end with the same bits. Every thread of a
+// group must call this together: callers keep row loops uniform and mask invalid rows instead.
+// The steps are unrolled with uniform guards (tpr is a runtime power of two): at small T the
+// warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
+__device__ __forceinline__ float group_sum(float v, const RowGroup& rg, GroupScratch& gs) {
   const int tpr = rg.tpr;
-  const int width = tpr < 32 ? tpr : 32;
-#pragma unroll 1
-  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {  // unconditional shuffles (no divergence checks), guarded adds
+    const float t = __shfl_xor_sync(0xffffffffu, v, o);
+    if (o < tpr) v += t;
+  }
   if (tpr <= 32) return v;
   const int warps = tpr >> 5;
   const int lane = threadIdx.x & 31;
-  float* mine = scratch + rg.group * warps;
-  group_barrier(1 + rg.group, tpr);  // the previous call's readers are done with scratch
+  float* mine = gs.base + gs.half * 16 + rg.group * warps;
+  gs.half ^= 1;
   if (lane == 0) mine[rg.lane >> 5] = v;
   group_barrier(1 + rg.group, tpr);
-  float s = lane < warps ? mine[lane] : 0.f;
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  float s = mine[lane & (warps - 1)];
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) {
+    const float t = __shfl_xor_sync(0xffffffffu, s, o);
+    if (o < warps) s += t;
+  }
   return s;
 }
 

@@ -56,6 +56,24 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[kVec]) {
   return raw;
 }
 
+// Fixed pairwise trees over a thread's values: a depth of log2(n) dependent adds instead of
+// an n-long chain (at small T the warp's chain is the kernel's latency). The order is a
+// function of the program's VPT alone, so a row's result still does not depend on T.
+template <int N>
+struct Tree {
+  static __device__ __forceinline__ float sum(const float* v) {
+    return Tree<N / 2>::sum(v) + Tree<N - N / 2>::sum(v + N / 2);
+  }
+};
+template <>
+struct Tree<1> {
+  static __device__ __forceinline__ float sum(const float* v) { return v[0]; }
+};
+template <int N>
+__device__ __forceinline__ float tree_sum(const float (&v)[N]) {
+  return Tree<N>::sum(v);
+}
+
 // Eight weights kept in registers in their storage type (half the registers of FP32 for a
 // 16-bit weight), loaded once per CTA and widened at each use.
 template <typename WT>

@@ -56,8 +56,9 @@ def run_gpu(args):
     todo = [(s, op) for s in shapes(args) for op in args.ops]
     for i, (s, op) in enumerate(todo):
         _progress(i, len(todo), f"{op} H={s['H']} T={s['T']}{' res' if s['residual'] else ''}")
-        wdtype = torch.float32 if args.weight == "fp32" else torch.bfloat16
-        case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype)
+        wdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.weight]
+        dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+        case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype, dtype=dtype)
         impls = {"cake": make_cake(case, deterministic=args.mode == "det")}
         for key, maker in peers.items():
             try:
@@ -74,7 +75,7 @@ def run_gpu(args):
         rows_eff = case.rows
         nbytes = logical_bytes(op, rows_eff, s["H"], s["residual"])
         row = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": args.weight,
-               "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes,
+               "dtype": args.dtype, "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes,
                "us": {k: round(v[0], 3) for k, v in res.items()},
                "event_us": {k: round(v[1], 3) for k, v in res.items()}}
         rows.append(row)
@@ -124,6 +125,8 @@ def markdown(rows, title):
         gbs = r["bytes"] / us / 1e3
         k, pu = best_peer(r["us"])
         route = "residual" if r["residual"] else (f"per-head x{r['per_head']}" if r["per_head"] else "plain")
+        route += "".join(f", {v}" for v in (r.get("dtype", "bf16"), r.get("weight", "bf16") + " w")
+                         if v not in ("bf16", "bf16 w"))
         peer = f"{k} | {pu:.1f} | {pu / us:.2f}x" if k else "- | - | -"
         lines.append(f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | "
                      f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | {peer} |")
@@ -173,12 +176,18 @@ def main(argv=None):
     p.add_argument("--residual", action="store_true", help="add the residual route at H 6144")
     p.add_argument("--per-head", action="store_true", help="add the [T, 24, 256] per-head view")
     p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
-    p.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--weight", default=None, choices=["bf16", "fp16", "fp32"],
+                   help="weight dtype: the activation dtype (default) or fp32")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="activation dtype")
     p.add_argument("--mode", default="det", choices=["det", "nondet"])
     p.add_argument("--replays", default=30, type=int)
     p.add_argument("--out", default="bench", help="output prefix: PREFIX.json, PREFIX.md, PREFIX.png")
     p.add_argument("--quick", action="store_true", help="H 2048, T 1024 and 16384 only")
     args = p.parse_args(argv)
+    if args.weight is None:
+        args.weight = args.dtype
+    if args.weight not in (args.dtype, "fp32"):
+        p.error(f"--weight {args.weight}: the weight is the activation dtype ({args.dtype}) or fp32")
     if args.quick:
         args.hidden, args.tokens = [2048], [1024, 16384]
     gpu = torch.cuda.is_available()
