@@ -11,12 +11,20 @@
 
 namespace cake {
 
-inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
-  constexpr int kThreads = 32 * kFinalizeLanes;
-  auto kernel = dw_finalize_kernel<kThreads>;
+// Columns a finalize CTA takes: 32 (1024 threads) while that grid still covers every SM;
+// narrower rows take 8 (256 threads), four times the CTAs, so the partials are pulled by
+// more SMs (same bits either way).
+inline int finalize_cols(int hidden) {
+  const int64_t sms = resident_sms();
+  return sms > 0 && (hidden + 31) / 32 < sms ? 8 : 32;
+}
+
+template <int COLS>
+int launch_finalize_cols(const BwdParams& p, cudaStream_t s) {
+  auto kernel = dw_finalize_kernel<COLS>;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((p.hidden + 31) / 32);
-  cfg.blockDim = dim3(kThreads);
+  cfg.gridDim = dim3((p.hidden + COLS - 1) / COLS);
+  cfg.blockDim = dim3(COLS * kFinalizeLanes);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -29,6 +37,10 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
   cudaGetLastError();  // no programmatic launch here (driver or capture): a plain one
   kernel<<<cfg.gridDim, cfg.blockDim, 0, s>>>(partials, p.chunks, p.hidden, p.dw, p.accumulate);
   return static_cast<int>(cudaGetLastError());
+}
+
+inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
+  return finalize_cols(p.hidden) == 8 ? launch_finalize_cols<8>(p, s) : launch_finalize_cols<32>(p, s);
 }
 
 // Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp

@@ -244,20 +244,26 @@ __device__ __forceinline__ void add_chunk_batches(const float* src, int hidden, 
 }
 
 // dw[col] = the chunk partials summed in a fixed order: chunk k goes to lane k % kLanes of the
-// column (coalesced 32-column rows), each lane sums its chunks in order, then the lanes are
-// merged by an xor butterfly; Neumaier compensation throughout, one rounding at the end. The
-// order depends on (chunks, hidden) alone; the CPU path replays it.
-// Two CTAs an SM (32 registers a thread) let the finalize's CTAs sit beside the main kernel's
-// while they wait (PDL); a 58-register version could not, and measured 1-3 us slower at T=256.
-template <int THREADS>
-__global__ void __launch_bounds__(THREADS, 2) dw_finalize_kernel(const float* __restrict__ partials,
-                                                              int chunks, int hidden,
-                                                              float* __restrict__ dw, int accumulate) {
-  constexpr int kLanes = THREADS / 32;
-  __shared__ float sums[kLanes][33], comps[kLanes][33];  // padded: the transposed read is conflict-free
+// column, each lane sums its chunks in order, then the lanes are merged by an xor butterfly;
+// Neumaier compensation throughout, one rounding at the end. The order depends on (chunks,
+// hidden) alone; the CPU path replays it.
+// A CTA takes COLS columns (thread t: column t % COLS, lane t / COLS), so narrow rows spread
+// over more SMs: COLS 32 reads whole 128-byte rows of partials; COLS 8 gives H 512 64 CTAs
+// instead of 16, where a few SMs had to pull megabytes of partials at small-to-mid T. Both
+// sum the same chunks in the same order: the same bits.
+// 32 registers a thread (2048 threads an SM) let the finalize's CTAs sit beside the main
+// kernel's while they wait (PDL); a 58-register version could not, and measured 1-3 us slower
+// at T=256.
+template <int COLS>
+__global__ void __launch_bounds__(COLS * kFinalizeLanes, 2048 / (COLS * kFinalizeLanes))
+    dw_finalize_kernel(const float* __restrict__ partials, int chunks, int hidden, float* __restrict__ dw,
+                       int accumulate) {
+  constexpr int kLanes = kFinalizeLanes;
+  static_assert(kLanes == 32, "one warp merges one column's lanes");
+  __shared__ float sums[kLanes][COLS + 1], comps[kLanes][COLS + 1];  // padded: conflict-free transpose
   pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
-  const int cl = threadIdx.x & 31, lane = threadIdx.x >> 5;
-  const int col = blockIdx.x * 32 + cl;
+  const int cl = threadIdx.x % COLS, lane = threadIdx.x / COLS;
+  const int col = blockIdx.x * COLS + cl;
   float s = 0.f, c = 0.f;
   if (col < hidden) {
     // Batches of 16, then 4, then single chunks, each batch's unpredicated loads in flight
@@ -271,16 +277,16 @@ __global__ void __launch_bounds__(THREADS, 2) dw_finalize_kernel(const float* __
   sums[lane][cl] = s;
   comps[lane][cl] = c;
   __syncthreads();
-  // Transposed: warp w merges the kLanes pairs of column w with an xor butterfly (a fixed
-  // tree, log2(kLanes) steps instead of a kLanes-long chain).
-  static_assert(kLanes == 32, "one warp merges one column's lanes");
-  s = sums[cl][lane];
-  c = comps[cl][lane];
+  // Transposed: warp w (one a column) merges the kLanes pairs of column w with an xor
+  // butterfly (a fixed tree, log2(kLanes) steps instead of a kLanes-long chain).
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  s = sums[l][w];
+  c = comps[l][w];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     neumaier_merge(s, c, __shfl_xor_sync(0xffffffffu, s, o), __shfl_xor_sync(0xffffffffu, c, o));
-  const int out = blockIdx.x * 32 + lane;
-  if (cl == 0 && out < hidden) {
+  const int out = blockIdx.x * COLS + w;
+  if (l == 0 && out < hidden) {
     const float sum = s + c;
     dw[out] = accumulate ? dw[out] + sum : sum;
   }
