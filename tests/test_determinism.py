@@ -80,8 +80,8 @@ def test_dw_bits_do_not_depend_on_grid(H, T, gen):
 @pytest.mark.parametrize("H,T", [(512, 3), (2048, 4099), (6144, 1000), (5120, 70000), (131072, 37),
                                  # chunks of two rows: row pairs at H 512 (two groups a CTA), 1536 (odd
                                  # T) and 2048 (one group a CTA, doubled); one group a chunk beyond.
-                                 # The finalize takes 8 columns a CTA up to H 4096 on an H200 (fewer
-                                 # than 132 CTAs of 32), 32 from H 5120: both widths are here.
+                                 # The finalize takes 8 columns a CTA up to H 1056 on an H200 (at most
+                                 # 132 CTAs of 8), 32 beyond: both widths are here.
                                  (512, 1000), (1536, 255), (2048, 255), (6144, 256), (131072, 64)])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dw_bits_match_the_cpu_path(H, T, residual, gen):

@@ -11,12 +11,14 @@
 
 namespace cake {
 
-// Columns a finalize CTA takes: 32 (1024 threads) while that grid still covers every SM;
-// narrower rows take 8 (256 threads), four times the CTAs, so the partials are pulled by
-// more SMs (same bits either way).
+// Columns a finalize CTA takes: 8 (256 threads) while that grid still fits one CTA a SM, so
+// narrow rows' partials are pulled by four times the SMs; 32 (1024 threads) otherwise. Same
+// bits either way. Measured against 32 everywhere (docs/perf/README.md): H 512 bwd 6.25 ->
+// 5.75 us at T 1024, but 8 columns at H 2048 and 4096 (256 and 512 CTAs) lost 0.4-0.75 us
+// at T <= 1024, hence the one-CTA-a-SM bound.
 inline int finalize_cols(int hidden) {
   const int64_t sms = resident_sms();
-  return sms > 0 && (hidden + 31) / 32 < sms ? 8 : 32;
+  return sms > 0 && (hidden + 7) / 8 <= sms ? 8 : 32;
 }
 
 template <int COLS>
