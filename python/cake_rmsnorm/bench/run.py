@@ -48,6 +48,12 @@ def shapes(args):
     return out
 
 
+def _dtypes(args):
+    """(weight dtype, activation dtype) of the --weight and --dtype options."""
+    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    return table[args.weight], table[args.dtype]
+
+
 def run_gpu(args):
     peers, missing = available_peers(args.peers)
     for reason in missing.values():
@@ -56,8 +62,7 @@ def run_gpu(args):
     todo = [(s, op) for s in shapes(args) for op in args.ops]
     for i, (s, op) in enumerate(todo):
         _progress(i, len(todo), f"{op} H={s['H']} T={s['T']}{' res' if s['residual'] else ''}")
-        wdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.weight]
-        dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+        wdtype, dtype = _dtypes(args)
         case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype, dtype=dtype)
         impls = {"cake": make_cake(case, deterministic=args.mode == "det")}
         for key, maker in peers.items():
@@ -91,9 +96,10 @@ def run_cpu(args):
           file=sys.stderr)
     rows = []
     todo = [(H, T) for H in (512, 2048) for T in (16, 256)]
+    wdtype, dtype = _dtypes(args)
     for i, (H, T) in enumerate(todo):
         _progress(i, len(todo), f"cpu H={H} T={T}")
-        case = Case(T, H, device="cpu")
+        case = Case(T, H, wdtype=wdtype, dtype=dtype, device="cpu")
         ops = make_cake(case)
         for op in args.ops:
             ops[op]()
@@ -102,8 +108,9 @@ def run_cpu(args):
             for _ in range(n):
                 ops[op]()
             us = (time.perf_counter() - t0) / n * 1e6
-            rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": "bf16", "per_head": 0,
-                         "mode": "det", "bytes": logical_bytes(op, T, H, False), "us": {"cake": round(us, 1)}})
+            rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
+                         "per_head": 0, "mode": "det", "bytes": logical_bytes(op, T, H, False),
+                         "us": {"cake": round(us, 1)}})
     _progress(len(todo), len(todo), "done")
     return rows, {}
 
