@@ -162,6 +162,8 @@ constexpr int kCheckedWidths[] = {8,    16,   24,   40,    64,    104,   256,   
 static_assert(widths_valid(kCheckedWidths, sizeof(kCheckedWidths) / sizeof(int)),
               "every width's program runs on both routes");
 static_assert(kMaxBwdThreads / 64 < 16 && kMaxFwdThreads / 64 < 16, "named barriers 1..15 suffice");
+static_assert(kMaxBwdThreads / 32 <= 16 && kMaxFwdThreads / 32 <= 16,
+              "group_sum's scratch: two halves of 16 floats, one a warp of the CTA");
 // chunk_first_row's 32-bit numerator c * (rows % chunks) needs chunks <= 65535.
 static_assert(max_chunks(1) <= 65535, "chunk counts keep c * r in 32 bits");
 constexpr bool first_rows_exact(int64_t rows, int chunks) {
