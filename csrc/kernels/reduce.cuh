@@ -30,6 +30,19 @@ struct GroupScratch {
   int half = 0;
 };
 
+// Xor butterfly over aligned blocks of `width` lanes (a runtime power of two; every step from
+// 2 * FROM lanes up), steps FROM, FROM / 2, ..., 1: unrolled, the shuffles unconditional (no
+// divergence checks), only the adds guarded by the width.
+template <int FROM>
+__device__ __forceinline__ float xor_sum(float v, int width) {
+#pragma unroll
+  for (int o = FROM; o > 0; o >>= 1) {
+    const float t = __shfl_xor_sync(0xffffffffu, v, o);
+    if (o < width) v += t;
+  }
+  return v;
+}
+
 // A row group is `tpr` consecutive threads, tpr a power of two. Groups up to a warp reduce
 // with an xor butterfly inside their aligned lanes (every lane ends with the same bits, as
 // FP32 addition commutes); wider groups add their warps' sums through the scratch behind a
@@ -40,11 +53,7 @@ struct GroupScratch {
 // warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
 __device__ __forceinline__ float group_sum(float v, const RowGroup& rg, GroupScratch& gs) {
   const int tpr = rg.tpr;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {  // unconditional shuffles (no divergence checks), guarded adds
-    const float t = __shfl_xor_sync(0xffffffffu, v, o);
-    if (o < tpr) v += t;
-  }
+  v = xor_sum<16>(v, tpr);
   if (tpr <= 32) return v;
   const int warps = tpr >> 5;
   const int lane = threadIdx.x & 31;
@@ -52,13 +61,7 @@ __device__ __forceinline__ float group_sum(float v, const RowGroup& rg, GroupScr
   gs.half ^= 1;
   if (lane == 0) mine[rg.lane >> 5] = v;
   group_barrier(1 + rg.group, tpr);
-  float s = mine[lane & (warps - 1)];
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) {
-    const float t = __shfl_xor_sync(0xffffffffu, s, o);
-    if (o < warps) s += t;
-  }
-  return s;
+  return xor_sum<8>(mine[lane & (warps - 1)], warps);
 }
 
 }  // namespace cake

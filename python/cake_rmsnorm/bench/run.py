@@ -60,9 +60,9 @@ def run_gpu(args):
         print(f"skipped peer: {reason}", file=sys.stderr)
     rows = []
     todo = [(s, op) for s in shapes(args) for op in args.ops]
+    wdtype, dtype = _dtypes(args)
     for i, (s, op) in enumerate(todo):
         _progress(i, len(todo), f"{op} H={s['H']} T={s['T']}{' res' if s['residual'] else ''}")
-        wdtype, dtype = _dtypes(args)
         case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype, dtype=dtype)
         impls = {"cake": make_cake(case, deterministic=args.mode == "det")}
         for key, maker in peers.items():
@@ -132,8 +132,10 @@ def markdown(rows, title):
         gbs = r["bytes"] / us / 1e3
         k, pu = best_peer(r["us"])
         route = "residual" if r["residual"] else (f"per-head x{r['per_head']}" if r["per_head"] else "plain")
-        route += "".join(f", {v}" for v in (r.get("dtype", "bf16"), r.get("weight", "bf16") + " w")
-                         if v not in ("bf16", "bf16 w"))
+        if r.get("dtype", "bf16") != "bf16":
+            route += f", {r['dtype']}"
+        if r.get("weight", "bf16") != "bf16":
+            route += f", {r['weight']} w"
         peer = f"{k} | {pu:.1f} | {pu / us:.2f}x" if k else "- | - | -"
         lines.append(f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | "
                      f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | {peer} |")
