@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         float gf[kVec], xf[kVec], wf[kVec];
         unpack8<T>(lds16(src + k * kstep), gf);
         unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
-        wv[k].get(wf);
+        wv[k].get_here(wf);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) gf[j] = (gf[j] * wf[j]) * (xf[j] * rstd);
         part[k] = tree_sum(gf);
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         unpack8<T>(load16(x + v * kVec), xf);
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
-        w2.get(wf);
+        w2.get_here(wf);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) gf[j] = (gf[j] * wf[j]) * (xf[j] * rstd);
         dot += tree_sum(gf);
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         unpack8<T>(lds16(src + k * kstep), gf);
         unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
         if (RES) unpack8<T>(lds16(src + (2 * VPT + k) * kstep), d);
-        wv[k].get(wf);
+        wv[k].get_here(wf);
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         unpack8<T>(load16(x + v * kVec), xf);
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
-        w2.get(wf);
+        w2.get_here(wf);
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {

@@ -56,6 +56,14 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[kVec]) {
   return raw;
 }
 
+// A copy the compiler cannot see through: values widened from it are widened at this use,
+// not hoisted out of a loop or kept from an earlier widening, so packed 16-bit data costs
+// four registers a vector instead of eight.
+__device__ __forceinline__ uint4 opaque(uint4 v) {
+  asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
+  return v;
+}
+
 // Fixed pairwise trees over a thread's values: a depth of log2(n) dependent adds instead of
 // an n-long chain (at small T the warp's chain is the kernel's latency). The order is a
 // function of the program's VPT alone, so a row's result still does not depend on T.
@@ -83,6 +91,8 @@ struct WVec {
     a = valid ? load16(static_cast<const WT*>(w) + col) : make_uint4(0, 0, 0, 0);
   }
   __device__ __forceinline__ void get(float (&f)[kVec]) const { unpack8<WT>(a, f); }
+  // Widened at this use: the compiler may not keep an earlier widening alive (see opaque).
+  __device__ __forceinline__ void get_here(float (&f)[kVec]) const { unpack8<WT>(opaque(a), f); }
 };
 template <>
 struct WVec<float> {
@@ -96,6 +106,7 @@ struct WVec<float> {
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
   }
+  __device__ __forceinline__ void get_here(float (&f)[kVec]) const { get(f); }
 };
 
 }  // namespace cake
