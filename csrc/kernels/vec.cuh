@@ -82,8 +82,10 @@ __device__ __forceinline__ float tree_sum(const float (&v)[N]) {
   return Tree<N>::sum(v);
 }
 
-// Eight weights kept in registers in their storage type (half the registers of FP32 for a
-// 16-bit weight), loaded once per CTA and widened at each use.
+// Eight weights kept in registers in their storage type, loaded once per CTA. get() lets the
+// compiler hoist the widening out of the row loop (FP32 copies held throughout: the forward
+// measured faster so); get_here() widens at each use (half the registers for a 16-bit weight:
+// the backward measured faster so; docs/perf/runs/h200-opaque-w-ab.md).
 template <typename WT>
 struct WVec {
   uint4 a;
