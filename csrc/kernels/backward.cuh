@@ -18,9 +18,7 @@ namespace cake {
 // Inside a chunk the rows come through the same cp.async ring as the forward's; columns past
 // VPT * tpr vectors (very wide rows) are read directly, and their dw is summed in a second,
 // column-wise sweep over the chunk.
-// Loops other than the per-vector ones stay rolled and the row loop does no integer division:
-// at small T a warp's instruction chain is the kernel's latency (one warp a scheduler), so
-// every instruction on the hot path costs time (docs/perf/README.md, small-T measurements).
+// Loops stay rolled and free of integer division, as in the forward (forward.cuh says why).
 // PAIR (chunks of at most two rows, groups of 32 threads or more, an even number a CTA): two
 // row groups share a chunk, the low one taking its first row and the high one its second, so
 // a small-T launch runs twice the groups, each with half the chain of dependent instructions.
@@ -95,10 +93,10 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll 1
     for (int64_t row = begin; row < end; ++row) {
       issue(row + stages - 1, next);
-      next = next + 1 == stages ? 0 : next + 1;
+      next = ring_next(next, stages);
       cp_async_wait_ring(stages);
       const int s = cur;
-      cur = cur + 1 == stages ? 0 : cur + 1;
+      cur = ring_next(cur, stages);
       const uint32_t src = base + s * sstep;
       const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
       const T* x = static_cast<const T*>(p.x) + row * p.x_stride;

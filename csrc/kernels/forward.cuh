@@ -62,10 +62,10 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 #pragma unroll 1
   for (int64_t row = first; row < p.rows; row += step) {
     issue(row + ahead, next);
-    next = next + 1 == stages ? 0 : next + 1;
+    next = ring_next(next, stages);
     cp_async_wait_ring(stages);
     const uint32_t src = base + cur * sstep;
-    cur = cur + 1 == stages ? 0 : cur + 1;
+    cur = ring_next(cur, stages);
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
     const T* r = RES ? static_cast<const T*>(p.r) + row * p.r_stride : nullptr;
     T* h = RES ? static_cast<T*>(p.h) + row * p.h_stride : nullptr;

@@ -54,6 +54,10 @@ __device__ __forceinline__ void cp_async_wait_ring(int stages) {
   }
 }
 
+// The ring slot after `slot` (a compare, not a modulo: at small T the row loop's chain is
+// the kernel's latency).
+__device__ __forceinline__ int ring_next(int slot, int stages) { return slot + 1 == stages ? 0 : slot + 1; }
+
 __device__ __forceinline__ uint4 lds16(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
