@@ -44,10 +44,12 @@ def main():
         run(7, H, torch.float16, torch.float32, True)
     run(513, 512, torch.bfloat16, torch.float32, False, stride=520)
     run(4099, 1536, torch.bfloat16, torch.bfloat16, True, max_ctas=7)
-    for H in (256, 2048, 6144):
+    for H in (256, 6144):
         sat = cr.saturating_workspace_rows(H)  # the chunk count's edge: it stops growing here
         for T in (sat - 1, sat, sat + 1):
             run(T, H, torch.bfloat16, torch.bfloat16, False)
+    for T in (1023, 1024, 1025):  # H 2048: where the count first holds (512 chunks, two rows and more)
+        run(T, 2048, torch.bfloat16, torch.bfloat16, False)
     print("sanitize workload done")
 
 

@@ -21,19 +21,33 @@ constexpr int kMaxBwdTpr = kMaxBwdThreads;
 // every GPU and on the CPU path. At least two rows a chunk; at most about a whole number of
 // waves of the row groups an H200 holds at once for that width (no ragged tail), which keeps
 // the FP32 partials near 1-3 % of the backward's traffic at large T.
+// Widths 264..2048 hold half that cap from where the count reaches it, and grow again as one
+// chunk per 32 rows up to the cap: there the partials (4 B a column a chunk, written and read
+// back) were a third of the traffic at T 4096 and the finalize ran 6-9 us past the main
+// kernel. Measured at H 512, 1536 and 2048 (docs/perf/README.md): T 4096 and 16384 2-25 %
+// faster (H 512 T 4096: 12.25 -> 9.25 us); the full cap stays best at T 65536 for H <= 1536.
 constexpr int64_t kRowsPerChunkMin = 2;
+constexpr int64_t kRowsPerChunkGrowing = 32;
 constexpr int64_t max_chunks(int64_t hidden) {
   return hidden <= 256 ? 4096 : hidden <= 512 ? 2048 : hidden <= 2048 ? 1024 : hidden <= 4096 ? 512 : 256;
 }
+constexpr bool holds_half_cap(int64_t hidden) { return hidden > 256 && hidden <= 2048; }
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
-  return rows <= 0 ? 0
-                   : ((rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin < max_chunks(hidden)
-                          ? (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin
-                          : max_chunks(hidden));
+  if (rows <= 0) return 0;
+  const int64_t cap = max_chunks(hidden);
+  int64_t c = ceil_div(rows, kRowsPerChunkMin) < cap ? ceil_div(rows, kRowsPerChunkMin) : cap;
+  if (holds_half_cap(hidden)) {
+    const int64_t grown = ceil_div(rows, kRowsPerChunkGrowing), hold = grown > cap / 2 ? grown : cap / 2;
+    if (c > hold) c = hold;
+  }
+  return c;
 }
-// Rows from which the chunk count (and the workspace) stops growing.
+// Rows from which the chunk count (and the workspace) stops growing: the first with
+// backward_chunks == max_chunks.
 constexpr int64_t backward_saturating_rows(int64_t hidden) {
-  return max_chunks(hidden) * kRowsPerChunkMin;
+  return holds_half_cap(hidden) ? kRowsPerChunkGrowing * (max_chunks(hidden) - 1) + 1
+                                : max_chunks(hidden) * kRowsPerChunkMin;
 }
 
 struct Program {
@@ -176,7 +190,23 @@ static_assert(first_rows_exact(1, 1) && first_rows_exact(129, 65) && first_rows_
                   first_rows_exact((int64_t(1) << 19) + 3, 256) && first_rows_exact((int64_t(1) << 40) + 4095, 4096),
               "chunk_first_row equals floor(c * rows / chunks)");
 static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) == 256 &&
-                  backward_chunks(1 << 20, 512) == 2048,
+                  backward_chunks(1 << 20, 512) == 2048 && backward_chunks(2048, 512) == 1024 &&
+                  backward_chunks(4096, 512) == 1024 && backward_chunks(32768, 512) == 1024 &&
+                  backward_chunks(65536, 512) == 2048 && backward_chunks(16384, 2048) == 512 &&
+                  backward_chunks(65536, 2048) == 1024 && backward_chunks(8192, 256) == 4096 &&
+                  backward_chunks(4096, 4096) == 512,
               "chunks");
+constexpr bool chunks_nondecreasing(int64_t hidden) {
+  const int64_t sat = backward_saturating_rows(hidden);
+  // Nondecreasing by construction (a min and max of nondecreasing terms); checked at every row
+  // near both ends and every 61st between.
+  for (int64_t r = 1; r < sat + 64; r += (r < 64 || r + 64 > sat) ? 1 : 61)
+    if (backward_chunks(r + 1, hidden) < backward_chunks(r, hidden)) return false;
+  return backward_chunks(sat, hidden) == max_chunks(hidden) &&
+         (!holds_half_cap(hidden) || backward_chunks(sat - 1, hidden) < max_chunks(hidden));
+}
+static_assert(chunks_nondecreasing(256) && chunks_nondecreasing(512) && chunks_nondecreasing(1536) &&
+                  chunks_nondecreasing(2048) && chunks_nondecreasing(6144),
+              "chunk counts never shrink as rows grow, and saturate where backward_saturating_rows says");
 
 }  // namespace cake
