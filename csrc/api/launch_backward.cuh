@@ -21,12 +21,12 @@ inline int finalize_cols(int hidden) {
   return sms > 0 && (hidden + 7) / 8 <= sms ? 8 : 32;
 }
 
-template <int COLS>
+template <int COLS, int LANES>
 int launch_finalize_cols(const BwdParams& p, cudaStream_t s) {
-  auto kernel = dw_finalize_kernel<COLS>;
+  auto kernel = dw_finalize_kernel<COLS, LANES>;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((p.hidden + COLS - 1) / COLS);
-  cfg.blockDim = dim3(COLS * kFinalizeLanes);
+  cfg.blockDim = dim3(COLS * LANES);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -41,8 +41,12 @@ int launch_finalize_cols(const BwdParams& p, cudaStream_t s) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// 128 lanes (from kFinalizeWideChunks chunks) take 8 columns a CTA (1024 threads), whose
+// warps read whole 32-byte sectors of each chunk's row.
 inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
-  return finalize_cols(p.hidden) == 8 ? launch_finalize_cols<8>(p, s) : launch_finalize_cols<32>(p, s);
+  if (finalize_lanes(p.chunks) == kFinalizeLanesWide) return launch_finalize_cols<8, kFinalizeLanesWide>(p, s);
+  return finalize_cols(p.hidden) == 8 ? launch_finalize_cols<8, kFinalizeLanes>(p, s)
+                                      : launch_finalize_cols<32, kFinalizeLanes>(p, s);
 }
 
 // Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp

@@ -241,10 +241,11 @@ __device__ __forceinline__ void add_chunk_batches(const float* src, int hidden, 
   }
 }
 
-// dw[col] = the chunk partials summed in a fixed order: chunk k goes to lane k % kLanes of the
-// column, each lane sums its chunks in order, then the lanes are merged by an xor butterfly;
-// Neumaier compensation throughout, one rounding at the end. The order depends on (chunks,
-// hidden) alone; the CPU path replays it.
+// dw[col] = the chunk partials summed in a fixed order: chunk k goes to lane k % LANES of the
+// column, each lane sums its chunks in order, lanes l + 32, l + 64, ... are folded into lane l
+// in order, then the 32 lanes are merged by an xor butterfly; Neumaier compensation
+// throughout, one rounding at the end. The order depends on (chunks, hidden) alone (LANES is
+// finalize_lanes(chunks)); the CPU path replays it.
 // A CTA takes COLS columns (thread t: column t % COLS, lane t / COLS), so narrow rows spread
 // over more SMs: COLS 32 reads whole 128-byte rows of partials; COLS 8 gives H 512 64 CTAs
 // instead of 16, where a few SMs had to pull megabytes of partials at small-to-mid T. Both
@@ -252,13 +253,12 @@ __device__ __forceinline__ void add_chunk_batches(const float* src, int hidden, 
 // 32 registers a thread (2048 threads an SM) let the finalize's CTAs sit beside the main
 // kernel's while they wait (PDL); a 58-register version could not, and measured 1-3 us slower
 // at T=256.
-template <int COLS>
-__global__ void __launch_bounds__(COLS * kFinalizeLanes, 2048 / (COLS * kFinalizeLanes))
+template <int COLS, int LANES>
+__global__ void __launch_bounds__(COLS * LANES, 2048 / (COLS * LANES))
     dw_finalize_kernel(const float* __restrict__ partials, int chunks, int hidden, float* __restrict__ dw,
                        int accumulate) {
-  constexpr int kLanes = kFinalizeLanes;
-  static_assert(kLanes == 32, "one warp merges one column's lanes");
-  __shared__ float sums[kLanes][COLS + 1], comps[kLanes][COLS + 1];  // padded: conflict-free transpose
+  static_assert(LANES % 32 == 0 && LANES / 32 * COLS >= COLS, "a warp a column merges its lanes");
+  __shared__ float sums[LANES][COLS + 1], comps[LANES][COLS + 1];  // padded: conflict-free transpose
   pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
   const int cl = threadIdx.x % COLS, lane = threadIdx.x / COLS;
   const int col = blockIdx.x * COLS + cl;
@@ -268,18 +268,21 @@ __global__ void __launch_bounds__(COLS * kFinalizeLanes, 2048 / (COLS * kFinaliz
     // before its ordered adds (predicated batches measured slower at 2048 chunks: the
     // 32-register budget kept only four loads in flight).
     int k = lane;
-    add_chunk_batches<16, kLanes>(partials + col, hidden, chunks, k, s, c);
-    add_chunk_batches<4, kLanes>(partials + col, hidden, chunks, k, s, c);
-    add_chunk_batches<1, kLanes>(partials + col, hidden, chunks, k, s, c);
+    add_chunk_batches<16, LANES>(partials + col, hidden, chunks, k, s, c);
+    add_chunk_batches<4, LANES>(partials + col, hidden, chunks, k, s, c);
+    add_chunk_batches<1, LANES>(partials + col, hidden, chunks, k, s, c);
   }
   sums[lane][cl] = s;
   comps[lane][cl] = c;
   __syncthreads();
-  // Transposed: warp w (one a column) merges the kLanes pairs of column w with an xor
-  // butterfly (a fixed tree, log2(kLanes) steps instead of a kLanes-long chain).
+  // Transposed: warp w (one a column) folds its column's lanes into 32 and merges those with
+  // an xor butterfly (a fixed tree, 5 steps instead of a 32-long chain).
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  if (w >= COLS) return;  // whole warps: the butterfly's full-mask shuffles stay valid
   s = sums[l][w];
   c = comps[l][w];
+#pragma unroll
+  for (int q = 1; q < LANES / 32; ++q) neumaier_merge(s, c, sums[l + 32 * q][w], comps[l + 32 * q][w]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     neumaier_merge(s, c, __shfl_xor_sync(0xffffffffu, s, o), __shfl_xor_sync(0xffffffffu, c, o));

@@ -88,12 +88,17 @@ void backward(const BwdParams& p) {
       for (int i = 0; i < H; ++i) part[i] -= comp[i];
   }
   if (p.dw == nullptr) return;
-  // The GPU finalize's order: chunk k into lane k % kFinalizeLanes, then the lanes merged by
-  // the xor butterfly (every lane of a step computes the same merge; lane 0's is kept).
+  // The GPU finalize's order: chunk k into lane k % lanes, lanes l + 32, l + 64, ... folded
+  // into lane l in order, then the 32 lanes merged by the xor butterfly (every lane of a step
+  // computes the same merge; lane 0's is kept).
+  const int lanes = finalize_lanes(p.chunks);
   for (int i = 0; i < H; ++i) {
-    float s[kFinalizeLanes] = {0.f}, c[kFinalizeLanes] = {0.f};
+    float s[kFinalizeLanesWide] = {0.f}, c[kFinalizeLanesWide] = {0.f};
     for (int k = 0; k < p.chunks; ++k)
-      neumaier_add(s[k % kFinalizeLanes], c[k % kFinalizeLanes], p.partials[static_cast<int64_t>(k) * H + i]);
+      neumaier_add(s[k % lanes], c[k % lanes], p.partials[static_cast<int64_t>(k) * H + i]);
+    for (int l = 0; l < kFinalizeLanes; ++l)
+      for (int q = 1; q < lanes / kFinalizeLanes; ++q)
+        neumaier_merge(s[l], c[l], s[l + kFinalizeLanes * q], c[l + kFinalizeLanes * q]);
     for (int o = kFinalizeLanes / 2; o > 0; o >>= 1) {
       float ns[kFinalizeLanes], nc[kFinalizeLanes];
       for (int j = 0; j < kFinalizeLanes; ++j) {
