@@ -257,7 +257,7 @@ template <int COLS, int LANES>
 __global__ void __launch_bounds__(COLS * LANES, 2048 / (COLS * LANES))
     dw_finalize_kernel(const float* __restrict__ partials, int chunks, int hidden, float* __restrict__ dw,
                        int accumulate) {
-  static_assert(LANES % 32 == 0 && LANES / 32 * COLS >= COLS, "a warp a column merges its lanes");
+  static_assert(LANES >= 32 && LANES % 32 == 0, "whole warps of lanes: at least one warp a column to merge it");
   __shared__ float sums[LANES][COLS + 1], comps[LANES][COLS + 1];  // padded: conflict-free transpose
   pdl_wait_primary();  // launched as a dependent of the main kernel: its partials are visible
   const int cl = threadIdx.x % COLS, lane = threadIdx.x / COLS;

@@ -24,7 +24,7 @@ constexpr int kMaxStages = 8;
 // The dw finalize sums chunk k into lane k % finalize_lanes(chunks) of its column, folds lanes
 // l + 32, l + 64, ... into lane l in order, then merges the 32 lanes by an xor butterfly.
 // 128 lanes from 1024 chunks: with 32, each lane summed 32-128 chunks in dependent batches of
-// loads (at H 256 and 512 the whole finalize kept under 1 MB of loads in flight). A function
+// loads (at H 256 and 512 the whole finalize had at most 1 MB of loads in flight). A function
 // of the chunk count alone, so dw's bits stay a function of (T, H).
 constexpr int kFinalizeLanes = 32;
 constexpr int kFinalizeLanesWide = 128;
