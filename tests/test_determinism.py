@@ -83,8 +83,9 @@ def test_dw_bits_do_not_depend_on_grid(H, T, gen):
                                  # The finalize takes 8 columns a CTA up to H 1056 on an H200 (at most
                                  # 132 CTAs of 8), 32 beyond: both widths are here.
                                  (512, 1000), (1536, 255), (2048, 255), (6144, 256), (131072, 64),
-                                 # The largest chunk counts: 2048 (H 512) and 4096 (H 256, the
-                                 # per-head view's width), 64 and 128 chunks a finalize lane.
+                                 # Chunk counts that take 128 finalize lanes: 1024 (H 512, the held
+                                 # half cap) and 4096 (H 256, the per-head view's width), 8 and 32
+                                 # chunks a lane.
                                  (512, 4099), (256, 9001)])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dw_bits_match_the_cpu_path(H, T, residual, gen):
