@@ -25,7 +25,7 @@ template <int COLS, int LANES>
 int launch_finalize_cols(const BwdParams& p, cudaStream_t s) {
   auto kernel = dw_finalize_kernel<COLS, LANES>;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((p.hidden + COLS - 1) / COLS);
+  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.hidden, COLS)));
   cfg.blockDim = dim3(COLS * LANES);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
@@ -67,7 +67,7 @@ bool pair_program(const BwdParams& p, const Program& prog, Program* out) {
   const int64_t resident = resident_ctas(reinterpret_cast<const void*>(rmsnorm_bwd_kernel<T, WT, RES, VPT, true>),
                                          q.cta, backward_smem_bytes(q.cta, VPT, q.stages, RES));
   const int units = q.cta / q.tpr / 2;
-  if (resident <= 0 || 2 * ((p.chunks + units - 1) / units) > resident) return false;
+  if (resident <= 0 || 2 * ceil_div(p.chunks, units) > resident) return false;
   *out = q;
   return true;
 }
@@ -78,7 +78,7 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
   const bool pair = pair_program<T, WT, RES, VPT>(p, table_prog, &prog);
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int units = prog.cta / prog.tpr / (pair ? 2 : 1);  // chunks a CTA takes at a time
-  const int64_t wanted = (p.chunks + units - 1) / units;
+  const int64_t wanted = ceil_div(p.chunks, units);
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;

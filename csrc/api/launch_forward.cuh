@@ -17,7 +17,7 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
   const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int64_t rpc = prog.cta / prog.tpr;
   const int64_t blocks = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
-                                         (p.rows + rpc - 1) / rpc);
+                                         ceil_div(p.rows, rpc));
   FwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;

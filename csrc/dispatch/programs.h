@@ -36,7 +36,8 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
   if (rows <= 0) return 0;
   const int64_t cap = max_chunks(hidden);
-  int64_t c = ceil_div(rows, kRowsPerChunkMin) < cap ? ceil_div(rows, kRowsPerChunkMin) : cap;
+  const int64_t pairs = ceil_div(rows, kRowsPerChunkMin);
+  int64_t c = pairs < cap ? pairs : cap;
   if (holds_half_cap(hidden)) {
     const int64_t grown = ceil_div(rows, kRowsPerChunkGrowing), hold = grown > cap / 2 ? grown : cap / 2;
     if (c > hold) c = hold;
