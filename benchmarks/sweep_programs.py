@@ -84,7 +84,8 @@ def main():
     p.add_argument("--hidden", default="512,2048,6144", type=lambda s: [int(v) for v in s.split(",")])
     p.add_argument("--tokens", default="256,4096,65536", type=lambda s: [int(v) for v in s.split(",")])
     p.add_argument("--ctas-per-sm", default="0", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--stages", default="2,3,4", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--stages", default="2,3,4", type=lambda s: [int(v) for v in s.split(",")],
+                   help="ring depths to try; 0: the streaming forward (no ring, a group a row)")
     p.add_argument("--rows", default="1,2,4,8", type=lambda s: [int(v) for v in s.split(",")],
                    help="row groups per CTA to try")
     p.add_argument("--replays", type=int, default=20)

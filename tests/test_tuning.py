@@ -1,6 +1,8 @@
 """The program-sweep hook: invalid shapes are refused; on the GPU every valid candidate is
 correct."""
 
+import re
+
 import pytest
 import torch
 
@@ -12,7 +14,8 @@ from reference import DW_REL_L2, assert_close_unit, make_rows, make_weight, ref_
 
 @pytest.mark.parametrize("args", [(FORWARD, 48, 96, 2), (FORWARD, 64, 96, 2), (FORWARD, 64, 1024, 2),
                                   (FORWARD, 64, 128, 5), (BACKWARD, 64, 512, 2), (BACKWARD, 64, 128, 8),
-                                  (FORWARD, 64, 128, 2, 0, 0), (BACKWARD, 64, 128, 2, 0, 9),
+                                  (FORWARD, 64, 128, 2, 0, -1), (BACKWARD, 64, 128, 2, 0, 0),
+                                  (BACKWARD, 64, 128, 2, 0, 9),
                                   (FORWARD, 512, 512, 8, 0, 4),  # a 256 KiB ring: over the limit
                                   (2, 64, 128, 2)])
 def test_invalid_programs_refused(args):
@@ -53,3 +56,29 @@ def test_candidates_are_correct(H, gen):
             if dw_bits is None:
                 dw_bits = bits
             assert torch.equal(bits, dw_bits), f"dw bits moved with the program tpr={tpr} cta={cta}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("H,T", [(512, 300), (2048, 257), (2056, 33), (6144, 300), (16384, 5), (40960, 3)])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32])
+def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
+    """A streaming program (stages 0: no ring, a group a row, every row's group in the grid)
+    runs the ring kernel's row body: with the table's tpr and VPT, y, rstd and h_new have the
+    same bits, at any T (the last CTA's empty groups store nothing)."""
+    route = "fwd_residual" if residual else "fwd"
+    name = cr.program_windows(route, H)[route][0][2]  # general_t{tpr}x{rows}_v{vpt}_s{stages}
+    tpr, rows, vpt = (int(v) for v in re.match(r"general_t(\d+)x(\d+)_v(\d+)_s\d+", name).groups())
+    x = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
+    r = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+    w = make_weight(H, wdtype, "cuda", gen)
+    want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+    for cta in sorted({tpr * rows, max(tpr, 32), min(tpr * 4, 512)}):
+        if cta % tpr or cta < 32 or (tpr > 32 and cta // tpr >= 16):
+            continue
+        with program_override(FORWARD, tpr, cta, vpt, stages=0):
+            got = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+        for a, b in zip(got, want):
+            assert torch.equal(a.view(torch.int16) if a.dtype != torch.float32 else a.view(torch.int32),
+                               b.view(torch.int16) if b.dtype != torch.float32 else b.view(torch.int32)), name

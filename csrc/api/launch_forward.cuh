@@ -1,6 +1,6 @@
 // Forward launcher template: picks the instantiation for (weight dtype, residual, VPT) and
 // launches a persistent grid of at most the resident CTAs (one wave; row groups stride over
-// rows).
+// rows), or, for a streaming program (stages 0), a grid of every row's group.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,14 +13,20 @@ namespace cake {
 
 template <typename T, typename WT, bool RES, int VPT>
 int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t s) {
-  auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
-  const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int64_t rpc = prog.cta / prog.tpr;
-  const int64_t blocks = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
-                                         ceil_div(p.rows, rpc));
   FwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
+  if (prog.stages == 0) {  // streaming: a group a row, every row's group in the grid
+    const int64_t blocks = ceil_div(p.rows, rpc);
+    if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
+    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT><<<static_cast<unsigned>(blocks), prog.cta, 0, s>>>(q);
+    return static_cast<int>(cudaGetLastError());
+  }
+  auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
+  const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);
+  const int64_t blocks = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
+                                         ceil_div(p.rows, rpc));
   kernel<<<static_cast<unsigned>(blocks), prog.cta, smem, s>>>(q);
   return static_cast<int>(cudaGetLastError());
 }

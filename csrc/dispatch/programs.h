@@ -56,7 +56,7 @@ struct Program {
   int cta;  // threads per CTA: tpr * row groups per CTA
   int vpt;  // 16-byte vectors per thread held in the ring (an instantiated value)
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
-  int stages = 1;       // cp.async ring depth, 1..kMaxStages
+  int stages = 1;       // cp.async ring depth, 1..kMaxStages; 0: the streaming forward (no ring)
 };
 
 constexpr bool vpt_instantiated(int vpt, bool backward) {
@@ -78,7 +78,7 @@ constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
   return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
-         p.stages >= 1 && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
+         p.stages >= (backward ? 1 : 0) && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
 }
 
 // The general program's row group: the power-of-two tpr (<= max_tpr) and an

@@ -9,6 +9,92 @@
 
 namespace cake {
 
+// One row of the forward, once its first VPT vectors a thread are at hand: xvec(k) and
+// rvec(k) (residual route) return vector lane + k * tpr of x and r, zeros where masked. Every
+// thread of the group calls it (group_sum); `valid` false: an empty group of the streaming
+// kernel's last CTA, which computes on zeros but neither reads the rest of a wide row nor
+// stores. The reduction order depends on (hidden, tpr, VPT) only, in both kernels.
+template <typename T, typename WT, bool RES, int VPT, typename XVec, typename RVec>
+__device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RowGroup& rg,
+                                        GroupScratch& gs, const WVec<WT> (&wv)[VPT], XVec xvec, RVec rvec) {
+  const int tpr = rg.tpr, lane = rg.lane;
+  const int nvec = p.hidden / kVec;
+  const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+  const T* r = RES ? static_cast<const T*>(p.r) + row * p.r_stride : nullptr;
+  T* h = RES ? static_cast<T*>(p.h) + row * p.h_stride : nullptr;
+  T* y = static_cast<T*>(p.y) + row * p.y_stride;
+
+  uint4 hv[VPT];
+  float part[VPT];  // each vector's sum of squares, then a tree over the vectors
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    float f[kVec];
+    hv[k] = xvec(k);
+    unpack8<T>(hv[k], f);
+    if (RES) {
+      float u[kVec];
+      unpack8<T>(rvec(k), u);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) f[j] += u[j];
+      hv[k] = pack8<T>(f);  // h_new is rounded to the activation type, then normalised
+      unpack8<T>(hv[k], f);
+      const int v = lane + k * tpr;
+      if (valid && v < nvec) store16(h + v * kVec, hv[k]);
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] *= f[j];
+    part[k] = tree_sum(f);
+  }
+  float ss = tree_sum(part);
+  // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
+#pragma unroll 1
+  for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
+    float f[kVec];
+    unpack8<T>(load16(x + v * kVec), f);
+    if (RES) {
+      float u[kVec];
+      unpack8<T>(load16(r + v * kVec), u);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) f[j] += u[j];
+      const uint4 packed = pack8<T>(f);
+      store16(h + v * kVec, packed);
+      unpack8<T>(packed, f);
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] *= f[j];
+    ss += tree_sum(f);
+  }
+  ss = group_sum(ss, rg, gs);
+  const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
+  const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+  if (valid && lane == 0) p.rstd[row] = rstd;
+
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = lane + k * tpr;
+    if (valid && v < nvec) {
+      float f[kVec], wf[kVec];
+      unpack8<T>(hv[k], f);
+      wv[k].get(wf);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
+      store16(y + v * kVec, pack8<T>(f));
+    }
+  }
+  // Second pass over the rest: the same thread wrote h_new there, so it reads its own store.
+#pragma unroll 1
+  for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
+    float f[kVec], wf[kVec];
+    unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
+    WVec<WT> w2;
+    w2.load(p.w, v * kVec, true);
+    w2.get(wf);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
+    store16(y + v * kVec, pack8<T>(f));
+  }
+}
+
 // One row per group of p.tpr threads, blockDim.x / p.tpr groups per CTA; group j of CTA b
 // takes rows b * rpc + j, then every gridDim.x * rpc-th row (a persistent grid). Each thread
 // owns vectors lane, lane + tpr, ... of its rows: the first VPT of them come through a
@@ -66,82 +152,40 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     cp_async_wait_ring(stages);
     const uint32_t src = base + cur * sstep;
     cur = ring_next(cur, stages);
-    const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
-    const T* r = RES ? static_cast<const T*>(p.r) + row * p.r_stride : nullptr;
-    T* h = RES ? static_cast<T*>(p.h) + row * p.h_stride : nullptr;
-    T* y = static_cast<T*>(p.y) + row * p.y_stride;
-
-    uint4 hv[VPT];
-    float part[VPT];  // each vector's sum of squares, then a tree over the vectors
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      float f[kVec];
-      hv[k] = lds16(src + k * kstep);
-      unpack8<T>(hv[k], f);
-      if (RES) {
-        float u[kVec];
-        unpack8<T>(lds16(src + (VPT + k) * kstep), u);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) f[j] += u[j];
-        hv[k] = pack8<T>(f);  // h_new is rounded to the activation type, then normalised
-        unpack8<T>(hv[k], f);
-        const int v = lane + k * tpr;
-        if (v < nvec) store16(h + v * kVec, hv[k]);
-      }
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) f[j] *= f[j];
-      part[k] = tree_sum(f);
-    }
-    float ss = tree_sum(part);
-    // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
-#pragma unroll 1
-    for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
-      float f[kVec];
-      unpack8<T>(load16(x + v * kVec), f);
-      if (RES) {
-        float u[kVec];
-        unpack8<T>(load16(r + v * kVec), u);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) f[j] += u[j];
-        const uint4 packed = pack8<T>(f);
-        store16(h + v * kVec, packed);
-        unpack8<T>(packed, f);
-      }
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) f[j] *= f[j];
-      ss += tree_sum(f);
-    }
-    ss = group_sum(ss, rg, gs);
-    const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
-    const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
-    if (lane == 0) p.rstd[row] = rstd;
-
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = lane + k * tpr;
-      if (v < nvec) {
-        float f[kVec], wf[kVec];
-        unpack8<T>(hv[k], f);
-        wv[k].get(wf);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
-        store16(y + v * kVec, pack8<T>(f));
-      }
-    }
-    // Second pass over the rest: the same thread wrote h_new there, so it reads its own store.
-#pragma unroll 1
-    for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
-      float f[kVec], wf[kVec];
-      unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
-      WVec<WT> w2;
-      w2.load(p.w, v * kVec, true);
-      w2.get(wf);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
-      store16(y + v * kVec, pack8<T>(f));
-    }
+    fwd_row<T, WT, RES, VPT>(p, row, true, rg, gs, wv, [&](int k) { return lds16(src + k * kstep); },
+                             [&](int k) { return lds16(src + (VPT + k) * kstep); });
   }
   cp_async_wait<0>();  // no copy outlives the CTA
+}
+
+// The streaming forward (a program with stages 0): one row a group and a grid of every row's
+// groups (no persistence, no ring). Each thread loads its first VPT vectors of x (and r)
+// straight into registers, then w, so every resident CTA has its rows' loads in flight at
+// once; at large T the persistent kernel keeps at most one row a group ahead. The same row
+// body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
+template <typename T, typename WT, bool RES, int VPT>
+__global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_stream_kernel(const FwdParams p) {
+  __shared__ float scratch[32];
+  GroupScratch gs{scratch};
+  const RowGroup rg(p.tpr);
+  const int tpr = rg.tpr, lane = rg.lane;
+  const int nvec = p.hidden / kVec;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rg.rpc + rg.group;
+  const bool valid = row < p.rows;  // the last CTA's empty groups still run group_sum's shuffles
+  const T* x = static_cast<const T*>(p.x) + (valid ? row * p.x_stride : 0);
+  const T* r = RES ? static_cast<const T*>(p.r) + (valid ? row * p.r_stride : 0) : nullptr;
+  uint4 xv[VPT], rv[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = lane + k * tpr;
+    const bool ok = valid && v < nvec;
+    xv[k] = ok ? load16(x + v * kVec) : make_uint4(0, 0, 0, 0);
+    if (RES) rv[k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
+  }
+  WVec<WT> wv[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+  fwd_row<T, WT, RES, VPT>(p, row, valid, rg, gs, wv, [&](int k) { return xv[k]; }, [&](int k) { return rv[k]; });
 }
 
 }  // namespace cake
