@@ -54,13 +54,15 @@ def one(direction, H, T, args):
     w = (1 + 0.1 * torch.randn(H, generator=g)).bfloat16().cuda()
     _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
     y, s = torch.empty_like(x), torch.empty(T, device="cuda")
+    r = torch.randn(T, H, generator=g).bfloat16().cuda() if args.residual else None
+    h = torch.empty_like(x) if args.residual else None
     dx, dw = torch.empty_like(x), torch.empty(H, device="cuda")
     ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
     key = FORWARD if direction == "fwd" else BACKWARD
 
     def call():
         if direction == "fwd":
-            cr.cake_rmsnorm_train_forward(x, w, 1e-6, out=y, rstd=s)
+            cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r, out=y, rstd=s, residual_out=h)
         else:
             cr.cake_rmsnorm_train_backward(gy, x, w, rstd, dx=dx, dw=dw, workspace=ws)
 
@@ -73,7 +75,7 @@ def one(direction, H, T, args):
                 print(f"skip {tpr},{cta},{vpt},{stages}: {e}", file=sys.stderr)
     res = measure(graphs, args.replays)
     ranked = sorted(res.items(), key=lambda kv: kv[1][0])
-    return {"direction": direction, "H": H, "T": T, "table_us": res["table"][0],
+    return {"direction": direction, "residual": bool(args.residual), "H": H, "T": T, "table_us": res["table"][0],
             "best": [(k, round(v[0], 3)) for k, v in ranked[: args.top]],
             "all": {k: round(v[0], 3) for k, v in ranked}}
 
@@ -88,6 +90,7 @@ def main():
                    help="ring depths to try; 0: the streaming forward (no ring, a group a row)")
     p.add_argument("--rows", default="1,2,4,8", type=lambda s: [int(v) for v in s.split(",")],
                    help="row groups per CTA to try")
+    p.add_argument("--residual", action="store_true", help="forward: the residual route (x + r -> h_new)")
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--top", type=int, default=3)
     p.add_argument("--out", default="sweep")
@@ -100,7 +103,7 @@ def main():
             with open(args.out + ".json", "w") as f:  # partial results survive a time limit
                 json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
             best = ", ".join(f"{k} {v:.1f}" for k, v in r["best"])
-            print(f"{args.direction} H={H} T={T}: table {r['table_us']:.1f} us; best {best}", flush=True)
+            print(f"{args.direction}{'+res' if args.residual else ''} H={H} T={T}: table {r['table_us']:.1f} us; best {best}", flush=True)
     with open(args.out + ".json", "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 
