@@ -5,8 +5,9 @@
 
 Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register-cache size
 (vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
-inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls; row
-pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and up, where the
+inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls, the
+streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
+4096 and up); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and up, where the
 pair grid fits in half the resident CTAs)."""
 
 import torch
@@ -50,6 +51,9 @@ def main():
             run(T, H, torch.bfloat16, torch.bfloat16, False)
     for T in (1023, 1024, 1025):  # H 2048: where the count first holds (512 chunks, two rows and more)
         run(T, 2048, torch.bfloat16, torch.bfloat16, False)
+    for T in (1025, 4095, 4096, 4097):  # H 4096: the ring window's last rows, the large streaming window
+        for residual in (False, True):
+            run(T, 4096, torch.bfloat16, torch.bfloat16, residual)
     print("sanitize workload done")
 
 

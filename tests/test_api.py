@@ -236,12 +236,34 @@ def test_introspection():
 def test_forward_routes_take_their_own_rules():
     """The plain forward aims at 6 vectors a thread where a row splits evenly into them, the
     residual forward at 4 (its ring holds two streams); widths with a 4-vector split share it."""
-    def prog(route, H):
-        return cr.program_windows(route, H, sm=90)[route][0][2]
+    def prog(route, H):  # the ring program (streaming windows run its row group with stages 0)
+        return next(n for _, _, n in cr.program_windows(route, H, sm=90)[route] if not n.endswith("_s0"))
     assert prog("fwd", 6144) == "general_t128x2_v6_s2" and prog("fwd_residual", 6144) == "general_t256x1_v3_s2"
     assert prog("fwd", 1536) == "general_t32x8_v6_s2" and prog("fwd_residual", 1536) == "general_t64x4_v3_s2"
     for H in (512, 2048, 4096, 8192):
         assert prog("fwd", H) == prog("fwd_residual", H), H
+
+
+def test_forward_windows_stream_around_the_ring():
+    """The streaming forward takes small T (a grid of <= 512 CTAs reading <= 4M elements) and
+    T * H >= 2^24 where a CTA reads >= 16 KB; VPT 6 programs and the backward keep one window."""
+    def win(route, H):
+        return cr.program_windows(route, H, sm=90)[route]
+    assert win("fwd", 4096) == [(0, 1024, "general_t128x2_v4_s0"), (1024, 4095, "general_t128x2_v4_s2"),
+                                (4095, None, "general_t128x2_v4_s0")]
+    assert win("fwd_residual", 4096) == [(0, 512, "general_t128x2_v4_s0"), (512, 4095, "general_t128x2_v4_s2"),
+                                         (4095, None, "general_t128x2_v4_s0")]
+    assert win("fwd", 512) == [(0, 4096, "general_t16x8_v4_s0"), (4096, None, "general_t16x8_v4_s2")]
+    assert win("fwd", 2048)[-1] == (8191, None, "general_t64x4_v4_s0")
+    assert win("fwd", 6144) == [(0, None, "general_t128x2_v6_s2")]
+    assert win("fwd_residual", 6144) == [(0, 341, "general_t256x1_v3_s0"), (341, 2730, "general_t256x1_v3_s2"),
+                                         (2730, None, "general_t256x1_v3_s0")]
+    assert len(win("bwd", 4096)) == 1 and len(win("bwd_residual", 512)) == 1
+    for H in (8, 64, 256, 1000, 8192, 16384, 32768, 131072):
+        for route in ("fwd", "fwd_residual"):
+            w = win(route, H)
+            assert w[0][0] == 0 and w[-1][1] is None and all(a[1] == b[0] for a, b in zip(w, w[1:])), (route, H)
+            assert len({n.rsplit("_s", 1)[0] for _, _, n in w}) == 1, (route, H)  # one row group
 
 
 def test_workspace_sizing():

@@ -34,24 +34,29 @@ def test_dw_bitwise_repeatable_with_poisoned_workspace(device, H, T, gen):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("H", [512, 2048, 6144])
+@pytest.mark.parametrize("H", [512, 2048, 4096, 6144])
 def test_row_outputs_do_not_depend_on_T(device, H, gen):
-    """Rows shared by two calls agree bitwise, within a window and across the general
-    programs' window edge (T = 4096 | 4097: only the CTA size and ring depth change there)."""
+    """Rows shared by two calls agree bitwise, within a window and across every window edge of
+    both forward routes (the streaming and the ring forward share the row group there)."""
     if device == "cpu" and H != 2048:
         pytest.skip("CPU time budget of CI")
-    big = 700 if device == "cpu" else 4200
+    big = 700 if device == "cpu" else 8300
+    edges = {a for route in ("fwd", "fwd_residual") for a, _, _ in cr.program_windows(route, H, sm=90)[route]}
     x = make_rows(big, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
     r = make_rows(big, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
     g = make_rows(big, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
     w = make_weight(H, torch.bfloat16, device, gen)
     y_big, s_big, h_big = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=r)
+    yp_big, sp_big = cr.cake_rmsnorm_train_forward(h_big, w, EPS)
     dx_big, _ = cr.cake_rmsnorm_train_backward(g, h_big, w, s_big)
-    for T in (t for t in (1, 3, 129, 513, 4096, 4097) if t < big):
+    ts = {1, 3, 129, 513} | {e + d for e in edges if e > 0 for d in (0, 1)}
+    for T in sorted(t for t in ts if t < big):
         y, s, h = cr.cake_rmsnorm_train_forward(x[:T], w, EPS, residual=r[:T])
+        yp, sp = cr.cake_rmsnorm_train_forward(h_big[:T], w, EPS)
         dx, _ = cr.cake_rmsnorm_train_backward(g[:T], h, w, s)
-        assert torch.equal(y, y_big[:T]) and torch.equal(s, s_big[:T]) and torch.equal(h, h_big[:T])
-        assert torch.equal(dx, dx_big[:T])
+        assert torch.equal(y, y_big[:T]) and torch.equal(s, s_big[:T]) and torch.equal(h, h_big[:T]), T
+        assert torch.equal(yp, yp_big[:T]) and torch.equal(sp, sp_big[:T]), T
+        assert torch.equal(dx, dx_big[:T]), T
 
 
 @pytest.mark.gpu

@@ -65,15 +65,17 @@ def test_candidates_are_correct(H, gen):
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32])
 def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
     """A streaming program (stages 0: no ring, a group a row, every row's group in the grid)
-    runs the ring kernel's row body: with the table's tpr and VPT, y, rstd and h_new have the
-    same bits, at any T (the last CTA's empty groups store nothing)."""
+    runs the ring kernel's row body: with the ring program's tpr and VPT, y, rstd and h_new
+    have the same bits, at any T and CTA size (the last CTA's empty groups store nothing)."""
     route = "fwd_residual" if residual else "fwd"
-    name = cr.program_windows(route, H)[route][0][2]  # general_t{tpr}x{rows}_v{vpt}_s{stages}
-    tpr, rows, vpt = (int(v) for v in re.match(r"general_t(\d+)x(\d+)_v(\d+)_s\d+", name).groups())
+    # the ring program: general_t{tpr}x{rows}_v{vpt}_s{stages}, stages > 0
+    name = next(n for _, _, n in cr.program_windows(route, H)[route] if not n.endswith("_s0"))
+    tpr, rows, vpt, stages = (int(v) for v in re.match(r"general_t(\d+)x(\d+)_v(\d+)_s(\d+)", name).groups())
     x = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     r = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
     w = make_weight(H, wdtype, "cuda", gen)
-    want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+    with program_override(FORWARD, tpr, tpr * rows, vpt, stages=stages):
+        want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
     for cta in sorted({tpr * rows, max(tpr, 32), min(tpr * 4, 512)}):
         if cta % tpr or cta < 32 or (tpr > 32 and cta // tpr >= 16):
             continue

@@ -142,6 +142,53 @@ constexpr Program forward_program(int hidden, bool residual = false) {
                           kNumFwdVpts),
                 8, 256, false);
 }
+// The streaming forward (stages 0: no ring, every row's group in the grid, direct loads)
+// runs the ring program's tpr, CTA and VPT, so a row's bits are the same in both (the row
+// body is shared) and T may pick between them. Measured against the two-row ring on H200
+// (benchmarks/sweep_programs.py --stages 0,2, docs/perf/runs/h200-sweep-fwd-stream.json; H
+// 256..8192 plain, 1536..6144 residual, T 256..65536), for VPT <= 4 and a row held whole in
+// the group's vectors, it wins
+//  - while its grid is at most 512 CTAs and a call reads at most 4M elements (x, and r):
+//    every load issued at once, no ring to fill (H 512 T 1024: 2.75 -> 2.5 us, H 2048
+//    residual T 1024: 6.5 -> 6.0 us); past either bound it lost up to 15 %;
+//  - from T * H >= 2^24 where a CTA reads >= 16 KB: 56 registers a thread against the ring's
+//    115 keep 4x the warps resident (H 4096 T 65536: 281.6 -> 260.0 us, H 8192 T 4096: 38.3 ->
+//    35.0); with smaller CTAs (H 256, H 512) it lost 9-30 % there: its CTAs turn over faster
+//    than the persistent ring's.
+// At VPT 6 (H 768, 1536, 3072, 5120, 6144) it lost up to 20 % at most T (and won up to 7 % at
+// a few small ones): the ring stays there.
+constexpr int64_t kStreamMaxCtas = 512;
+constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
+constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
+constexpr int64_t kStreamMinCtaBytes = 16384;
+constexpr bool streams(const Program& p, int hidden) {
+  return p.vpt <= 4 && int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
+}
+// The last T of the small streaming window (0: none).
+constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) {
+  if (!streams(p, hidden)) return 0;
+  const int64_t by_ctas = kStreamMaxCtas * (p.cta / p.tpr);
+  const int64_t by_elems = kStreamSmallElems / (int64_t(hidden) * (residual ? 2 : 1));
+  return by_ctas < by_elems ? by_ctas : by_elems;
+}
+// The first T of the large streaming window (-1: none).
+constexpr int64_t stream_large_min(const Program& p, int hidden, bool residual) {
+  const int64_t cta_bytes = int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
+  return streams(p, hidden) && cta_bytes >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden) : -1;
+}
+constexpr Program streaming(Program p) {
+  p.stages = 0;
+  return p;
+}
+static_assert(stream_small_max(forward_program(512), 512, false) == 4096 &&
+                  stream_large_min(forward_program(512), 512, false) == -1 &&
+                  stream_small_max(forward_program(4096), 4096, false) == 1024 &&
+                  stream_large_min(forward_program(4096), 4096, false) == 4096 &&
+                  stream_small_max(forward_program(4096, true), 4096, true) == 512 &&
+                  stream_small_max(forward_program(6144), 6144, false) == 0 &&
+                  stream_large_min(forward_program(6144, true), 6144, true) == 2731,
+              "streaming windows at the measured widths");
+
 constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
 }
@@ -167,6 +214,7 @@ static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 
 constexpr bool widths_valid(const int* hs, int n) {
   for (int i = 0; i < n; ++i)
     if (!program_valid(forward_program(hs[i]), false) || !program_valid(forward_program(hs[i], true), false) ||
+        !program_valid(streaming(forward_program(hs[i])), false) ||
         !program_valid(backward_program(hs[i]), true))
       return false;
   return true;

@@ -1,7 +1,8 @@
 // Per-architecture window tables: (route, hidden, T window) -> program. Every architecture
-// serves every width with the sweep-fit general program (programs.h) over one window (0, inf),
-// so a row's outputs never depend on T; sm_100a/103a/107a take the sm_90a choice (nothing was
-// measured there). A table that splits by T adds windows here. CUDA-free and torch-free.
+// serves every width with the sweep-fit general program (programs.h): the backward over one
+// window (0, inf), the forward over up to three, the ring program and its streaming twin of the
+// same row group, so a row's outputs never depend on T; sm_100a/103a/107a take the sm_90a
+// choice (nothing was measured there). CUDA-free and torch-free.
 #pragma once
 
 #include <stdint.h>
@@ -45,9 +46,25 @@ inline bool arch_known(int sm) {
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
   if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
   const int h = static_cast<int>(hidden);
-  if (cap > 0)
-    out[0] = Window{0, -1, is_forward(route) ? forward_program(h, has_residual(route)) : backward_program(h)};
-  return 1;
+  if (!is_forward(route)) {
+    if (cap > 0) out[0] = Window{0, -1, backward_program(h)};
+    return 1;
+  }
+  // Forward: the ring program, and its streaming twin below small and from large (programs.h).
+  const bool res = has_residual(route);
+  const Program ring = forward_program(h, res), stream = streaming(ring);
+  const int64_t small = stream_small_max(ring, h, res), large = stream_large_min(ring, h, res);
+  Window w[3];
+  int n = 0;
+  if (large >= 0 && large - 1 <= small) {
+    w[n++] = Window{0, -1, stream};
+  } else {
+    if (small > 0) w[n++] = Window{0, small, stream};
+    w[n++] = Window{small, large >= 0 ? large - 1 : -1, ring};
+    if (large >= 0) w[n++] = Window{large - 1, -1, stream};
+  }
+  for (int i = 0; i < n && i < cap; ++i) out[i] = w[i];
+  return n;
 }
 
 // The program a launch of `rows` rows uses: the one whose window holds rows. An architecture
