@@ -1,5 +1,5 @@
 """The determinism contract: dw bits repeat, do not depend on the grid, and a row's outputs
-do not depend on T within a window."""
+do not depend on T (the windows of a width and route share one row group)."""
 
 import pytest
 import torch

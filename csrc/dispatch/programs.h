@@ -125,8 +125,8 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
   return p;
 }
 
-// One program per width, direction and route, for every T (the ring is sized for the residual
-// route), so a row's outputs never depend on T.
+// One ring program per width, direction and route (the ring is sized for the residual route);
+// the forward's streaming windows run its row group, so a row's outputs never depend on T.
 // Plain forward, VPT target 5: where a row splits evenly either way, 6 vectors a thread beat 3
 // (half the warps a row, a shorter cross-warp reduction): H 6144 t128x2_v6 against t256x1_v3
 // at T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3)
