@@ -153,4 +153,5 @@ def test_multigpu_script_on_cpu_gloo(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(out.read_text())
-    assert rep["ddp_norm_grads_bitwise"] and rep["sequence_parallel"]["sharded_repeatable_bitwise"]
+    assert set(rep["norm_grads_bitwise"]) == {"ddp", "fsdp2"} and all(rep["norm_grads_bitwise"].values())
+    assert rep["sequence_parallel"]["sharded_repeatable_bitwise"]

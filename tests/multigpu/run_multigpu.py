@@ -7,13 +7,14 @@
    few steps on a global batch split across the ranks; its losses (mean over ranks) against
    one process training on the whole batch, and against the spread between two stock
    single-process runs in different reduction orders (the BF16 noise floor).
-2. ddp twice: the norm weights' gradients after DDP's all-reduce, bitwise, across two runs.
+2. ddp and fsdp2, each twice: the norm weights' gradients of every step after the all-reduce
+   (DDP) or reduce-scatter (FSDP2, gathered whole), bitwise, across the two runs.
 3. sequence parallel: x of [T, H] sharded along T; each rank's FP32 dw of its rows, summed by
    all-reduce, against the unsharded dw (max relative difference, bitwise or not) and against
    FP64; repeated to show the sharded result itself is bitwise repeatable.
 
 Every rank prints its lines; rank 0 also writes --json. Exits non-zero when a check fails
-(losses outside the noise bound, DDP norm gradients not bitwise repeatable, the sharded dw not
+(losses outside the noise bound, DDP or FSDP2 norm gradients not bitwise repeatable, the sharded dw not
 repeatable or more than 1e-5 from the unsharded one).
 """
 
@@ -171,13 +172,15 @@ def main():
             diff = max(abs(a - b) for a, b in zip(losses, ref))
             report[mode] = {"losses": losses, "max_diff_vs_single": diff, "within_noise": diff <= max(2 * noise, 1e-2)}
             del model
-        runs = []
-        for _ in range(2):
-            model = wrap(base, "ddp", device, world)
-            runs.append(train(model, data, device, rank, world, keep_grads=True)[1])
-            del model
-        report["ddp_norm_grads_bitwise"] = all(
-            torch.equal(a[k].view(torch.int32), b[k].view(torch.int32)) for a, b in zip(*runs) for k in a)
+        report["norm_grads_bitwise"] = {}
+        for mode in ("ddp", "fsdp2"):
+            runs = []
+            for _ in range(2):
+                model = wrap(base, mode, device, world)
+                runs.append(train(model, data, device, rank, world, keep_grads=True)[1])
+                del model
+            report["norm_grads_bitwise"][mode] = all(
+                torch.equal(a[k].view(torch.int32), b[k].view(torch.int32)) for a, b in zip(*runs) for k in a)
         report["norm_grads_checked"] = sorted(runs[0][0])[:3] + (["..."] if len(runs[0][0]) > 3 else [])
         report["sequence_parallel"] = sequence_parallel(device, rank, world, args.sp_tokens, args.hidden)
         dist.barrier()
@@ -187,7 +190,7 @@ def main():
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
-    ok = (report["ddp"]["within_noise"] and report["fsdp2"]["within_noise"] and report["ddp_norm_grads_bitwise"]
+    ok = (report["ddp"]["within_noise"] and report["fsdp2"]["within_noise"] and all(report["norm_grads_bitwise"].values())
           and report["sequence_parallel"]["sharded_repeatable_bitwise"]
           and report["sequence_parallel"]["rel_diff_sharded_vs_unsharded"] <= 1e-5)
     raise SystemExit(0 if ok else 1)
