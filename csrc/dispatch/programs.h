@@ -135,12 +135,18 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
 // measured 0.68-0.82x of the best peer at H 6144 (runs/h200-residual-perhead.json, d707f8b)
 // where target 4 had measured 0.91-0.96x (runs/h200-residual-perhead-f31bcf5.json, the same
 // forward kernel).
+// Forward CTAs: up to 8 row groups, and at least 128 threads where groups are narrower (rows of
+// 256 elements and less): H 256 t8x16 against t8x8 (ring) at T 16384 6.0 vs 7.0 us, T 65536
+// 19.75 vs 21.0, residual T 16384 10.25 vs 11.0 (runs/h200-sweep-fwd-cta.json); at H 512, 16
+// groups measured slower than 8 (T 65536 37.25 vs 36.1).
 constexpr int kFwdVptTarget = 5;
 constexpr int kFwdResidualVptTarget = 4;
+constexpr int kFwdMinCtaThreads = 128;
+constexpr int forward_groups(int tpr) { return tpr * 8 >= kFwdMinCtaThreads ? 8 : kFwdMinCtaThreads / tpr; }
 constexpr Program forward_program(int hidden, bool residual = false) {
-  return shaped(row_group(hidden, residual ? kFwdResidualVptTarget : kFwdVptTarget, kMaxFwdTpr, kFwdVpts,
-                          kNumFwdVpts),
-                8, 256, false);
+  const Program g = row_group(hidden, residual ? kFwdResidualVptTarget : kFwdVptTarget, kMaxFwdTpr, kFwdVpts,
+                              kNumFwdVpts);
+  return shaped(g, forward_groups(g.tpr), 256, false);
 }
 // The streaming forward (stages 0: no ring, every row's group in the grid, direct loads)
 // runs the ring program's tpr, CTA and VPT, so a row's bits are the same in both (the row
@@ -201,6 +207,8 @@ static_assert(backward_program(512).tpr == 32 && backward_program(512).cta == 12
 static_assert(forward_program(2048).tpr == 64 && forward_program(2048).vpt == 4 && forward_program(2048).cta == 256,
               "fwd 2048: the sweep's t64x4_v4");
 static_assert(forward_program(512).tpr == 16 && forward_program(512).cta == 128, "fwd 512: t16x8_v4");
+static_assert(forward_program(256).tpr == 8 && forward_program(256).cta == 128 && forward_program(8).cta == 128,
+              "narrow forward groups fill 128-thread CTAs");
 static_assert(forward_program(6144).tpr == 128 && forward_program(6144).vpt == 6 && forward_program(6144).cta == 256 &&
                   forward_program(5120).tpr == 128 && forward_program(5120).vpt == 6 &&
                   forward_program(1536).tpr == 32 && forward_program(1536).vpt == 6 &&
