@@ -137,8 +137,8 @@ def cake_rmsnorm_train_forward(
 
     Notes
     -----
-    T = 0 returns empty outputs. Within one token-count window a row's y and rstd do not depend
-    on T (``program_windows``).
+    T = 0 returns empty outputs. A row's y and rstd do not depend on T: a width's token-count
+    windows (``program_windows``) share one row group.
     """
     C.check_activation(x)
     C.check_weight(w, x)
