@@ -7,8 +7,8 @@ Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register
 (vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
 inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls, the
 streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
-4096 and up); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and up, where the
-pair grid fits in half the resident CTAs)."""
+4096 and up); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and
+up, where the pair grid fits in half the resident CTAs)."""
 
 import torch
 

@@ -158,9 +158,9 @@ constexpr Program forward_program(int hidden, bool residual = false) {
 //    every load issued at once, no ring to fill (H 512 T 1024: 2.75 -> 2.5 us, H 2048
 //    residual T 1024: 6.5 -> 6.0 us); past either bound it lost up to 15 %;
 //  - from T * H >= 2^24 where a CTA reads >= 16 KB: 56 registers a thread against the ring's
-//    115 keep 4x the warps resident (H 4096 T 65536: 281.6 -> 260.0 us, H 8192 T 4096: 38.3 ->
-//    35.0); with smaller CTAs (H 256, H 512) it lost 9-30 % there: its CTAs turn over faster
-//    than the persistent ring's.
+//    115 keep twice the warps resident (H 4096: 4 CTAs of 256 threads an SM against 2; T 65536:
+//    281.6 -> 260.0 us, H 8192 T 4096: 38.3 -> 35.0); with smaller CTAs (H 256, H 512) it lost
+//    9-30 % there: its CTAs turn over faster than the persistent ring's.
 // At VPT 6 (H 768, 1536, 3072, 5120, 6144) it lost up to 20 % at most T (and won up to 7 % at
 // a few small ones): the ring stays there.
 constexpr int64_t kStreamMaxCtas = 512;
