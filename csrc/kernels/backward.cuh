@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   const uint32_t rbase = smem_addr(ring) + stages * sstep + threadIdx.x * 4u;
 
   WVec<WT> wv[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+  load_weights(wv, p.w, lane, tpr, nvec);
 
   // PAIR: unit = the pair, whose two groups meet on named barrier pair_bar (past group_sum's).
   const int unit = PAIR ? group >> 1 : group, units = PAIR ? rpc >> 1 : rpc;

@@ -138,8 +138,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
   };
 
   WVec<WT> wv[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+  load_weights(wv, p.w, lane, tpr, nvec);
 
 #pragma unroll 1
   for (int s = 0; s + 1 < stages; ++s) issue(first + s * step, s);
@@ -183,8 +182,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_stream_kernel(cons
     if (RES) rv[k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
   }
   WVec<WT> wv[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) wv[k].load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+  load_weights(wv, p.w, lane, tpr, nvec);
   fwd_row<T, WT, RES, VPT>(p, row, valid, rg, gs, wv, [&](int k) { return xv[k]; }, [&](int k) { return rv[k]; });
 }
 

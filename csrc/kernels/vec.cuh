@@ -111,4 +111,11 @@ struct WVec<float> {
   __device__ __forceinline__ void get_here(float (&f)[kVec]) const { get(f); }
 };
 
+// A thread's weights for its vectors lane, lane + tpr, ... (VPT of them), zeros past the row.
+template <typename WT, int VPT>
+__device__ __forceinline__ void load_weights(WVec<WT> (&wv)[VPT], const void* w, int lane, int tpr, int nvec) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) wv[k].load(w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+}
+
 }  // namespace cake
