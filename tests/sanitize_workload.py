@@ -51,6 +51,8 @@ def main():
             run(T, H, torch.bfloat16, torch.bfloat16, False)
     for T in (1023, 1024, 1025):  # H 2048: where the count first holds (512 chunks, two rows and more)
         run(T, 2048, torch.bfloat16, torch.bfloat16, False)
+    for T in (512, 513):  # H 4096: where the count first holds (256 chunks)
+        run(T, 4096, torch.bfloat16, torch.bfloat16, False)
     for T in (1025, 4095, 4096, 4097):  # H 4096: the ring window's last rows, the large streaming window
         for residual in (False, True):
             run(T, 4096, torch.bfloat16, torch.bfloat16, residual)

@@ -91,7 +91,9 @@ def test_dw_bits_do_not_depend_on_grid(H, T, gen):
                                  # Chunk counts that take 128 finalize lanes: 1024 (H 512, the held
                                  # half cap) and 4096 (H 256, the per-head view's width), 8 and 32
                                  # chunks a lane.
-                                 (512, 4099), (256, 9001)])
+                                 (512, 4099), (256, 9001),
+                                 # H 4096 past where its count holds at 256 (chunks of 2..3 rows).
+                                 (4096, 777)])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dw_bits_match_the_cpu_path(H, T, residual, gen):
     """dw's tree (chunks of T and H, Kahan within a chunk, Neumaier across) and its products

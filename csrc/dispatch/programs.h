@@ -21,17 +21,21 @@ constexpr int kMaxBwdTpr = kMaxBwdThreads;
 // every GPU and on the CPU path. At least two rows a chunk; at most about a whole number of
 // waves of the row groups an H200 holds at once for that width (no ragged tail), which keeps
 // the FP32 partials near 1-3 % of the backward's traffic at large T.
-// Widths 264..2048 hold half that cap from where the count reaches it, and grow again as one
+// Widths 264..4096 hold half that cap from where the count reaches it, and grow again as one
 // chunk per 32 rows up to the cap: there the partials (4 B a column a chunk, written and read
 // back) were a third of the traffic at T 4096 and the finalize ran 6-9 us past the main
 // kernel. Measured at H 512, 1536 and 2048 (docs/perf/README.md): T 4096 and 16384 2-25 %
 // faster (H 512 T 4096: 12.25 -> 9.25 us); the full cap stays best at T 65536 for H <= 1536.
+// At H 3072 and 4096 (runs/h200-chunk-hold-wide.md) 256 chunks, about one chunk a resident
+// row group, beat 512 at T 1024..8192 (H 4096 T 1024: 17.5 -> 13.75 us, T 4096: 38.1 ->
+// 34.6), except H 3072 T 8192 (48.0 -> 50.6); at H 5120 and 6144 (cap 256) half the cap
+// left half the groups idle and lost up to 13 % (H 6144 T 4096: 48.4 -> 53.9).
 constexpr int64_t kRowsPerChunkMin = 2;
 constexpr int64_t kRowsPerChunkGrowing = 32;
 constexpr int64_t max_chunks(int64_t hidden) {
   return hidden <= 256 ? 4096 : hidden <= 512 ? 2048 : hidden <= 2048 ? 1024 : hidden <= 4096 ? 512 : 256;
 }
-constexpr bool holds_half_cap(int64_t hidden) { return hidden > 256 && hidden <= 2048; }
+constexpr bool holds_half_cap(int64_t hidden) { return hidden > 256 && hidden <= 4096; }
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
   if (rows <= 0) return 0;
@@ -251,7 +255,8 @@ static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) ==
                   backward_chunks(4096, 512) == 1024 && backward_chunks(32768, 512) == 1024 &&
                   backward_chunks(65536, 512) == 2048 && backward_chunks(16384, 2048) == 512 &&
                   backward_chunks(65536, 2048) == 1024 && backward_chunks(8192, 256) == 4096 &&
-                  backward_chunks(4096, 4096) == 512,
+                  backward_chunks(4096, 4096) == 256 && backward_chunks(1024, 4096) == 256 &&
+                  backward_chunks(65536, 4096) == 512 && backward_chunks(4096, 5120) == 256,
               "chunks");
 constexpr bool chunks_nondecreasing(int64_t hidden) {
   const int64_t sat = backward_saturating_rows(hidden);
@@ -263,7 +268,7 @@ constexpr bool chunks_nondecreasing(int64_t hidden) {
          (!holds_half_cap(hidden) || backward_chunks(sat - 1, hidden) < max_chunks(hidden));
 }
 static_assert(chunks_nondecreasing(256) && chunks_nondecreasing(512) && chunks_nondecreasing(1536) &&
-                  chunks_nondecreasing(2048) && chunks_nondecreasing(6144),
+                  chunks_nondecreasing(2048) && chunks_nondecreasing(4096) && chunks_nondecreasing(6144),
               "chunk counts never shrink as rows grow, and saturate where backward_saturating_rows says");
 
 }  // namespace cake
