@@ -7,7 +7,7 @@ Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register
 (vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
 inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls, the
 streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
-4096 and up); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and
+4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and
 up, where the pair grid fits in half the resident CTAs)."""
 
 import torch
@@ -56,6 +56,8 @@ def main():
     for T in (1025, 4095, 4096, 4097):  # H 4096: the ring window's last rows, the large streaming window
         for residual in (False, True):
             run(T, 4096, torch.bfloat16, torch.bfloat16, residual)
+    for H, T in ((512, 65535), (512, 65536), (256, 131072)):  # the widened CTAs of the large window, its edge
+        run(T, H, torch.bfloat16, torch.bfloat16, False)
     print("sanitize workload done")
 
 

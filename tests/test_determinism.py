@@ -34,14 +34,15 @@ def test_dw_bitwise_repeatable_with_poisoned_workspace(device, H, T, gen):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("H", [512, 2048, 4096, 6144])
+@pytest.mark.parametrize("H", [256, 512, 2048, 4096, 6144])
 def test_row_outputs_do_not_depend_on_T(device, H, gen):
     """Rows shared by two calls agree bitwise, within a window and across every window edge of
-    both forward routes (the streaming and the ring forward share the row group there)."""
+    both forward routes (the streaming and the ring forward share the row group there; on the
+    GPU up to the last edge, 131072 rows at H 256)."""
     if device == "cpu" and H != 2048:
         pytest.skip("CPU time budget of CI")
-    big = 700 if device == "cpu" else 8300
     edges = {a for route in ("fwd", "fwd_residual") for a, _, _ in cr.program_windows(route, H, sm=90)[route]}
+    big = 700 if device == "cpu" else max(8300, max(edges) + 3)
     x = make_rows(big, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
     r = make_rows(big, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
     g = make_rows(big, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()

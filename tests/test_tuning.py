@@ -60,7 +60,8 @@ def test_candidates_are_correct(H, gen):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H,T", [(512, 300), (2048, 257), (2056, 33), (6144, 300), (16384, 5), (40960, 3)])
+@pytest.mark.parametrize("H,T", [(256, 700), (512, 300), (1000, 77), (2048, 257), (2056, 33), (6144, 300), (16384, 5),
+                                 (40960, 3)])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32])
 def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
@@ -76,7 +77,9 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
     w = make_weight(H, wdtype, "cuda", gen)
     with program_override(FORWARD, tpr, tpr * rows, vpt, stages=stages):
         want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
-    for cta in sorted({tpr * rows, max(tpr, 32), min(tpr * 4, 512)}):
+    window_ctas = {int(t) * int(r) for t, r in (re.match(r"general_t(\d+)x(\d+)_", n).groups()
+                                                for _, _, n in cr.program_windows(route, H)[route])}
+    for cta in sorted({tpr * rows, max(tpr, 32), min(tpr * 4, 512)} | window_ctas):
         if cta % tpr or cta < 32 or (tpr > 32 and cta // tpr >= 16):
             continue
         with program_override(FORWARD, tpr, cta, vpt, stages=0):

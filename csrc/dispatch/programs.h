@@ -163,13 +163,19 @@ constexpr Program forward_program(int hidden, bool residual = false) {
 //    residual T 1024: 6.5 -> 6.0 us); past either bound it lost up to 15 %;
 //  - from T * H >= 2^24 where a CTA reads >= 16 KB: 56 registers a thread against the ring's
 //    115 keep twice the warps resident (H 4096: 4 CTAs of 256 threads an SM against 2; T 65536:
-//    281.6 -> 260.0 us, H 8192 T 4096: 38.3 -> 35.0); with smaller CTAs (H 256, H 512) it lost
-//    9-30 % there: its CTAs turn over faster than the persistent ring's.
+//    281.6 -> 260.0 us, H 8192 T 4096: 38.3 -> 35.0); with the ring's smaller CTAs (H 256,
+//    H 512) it lost 9-30 % there: its CTAs turn over faster than the persistent ring's;
+//  - for those narrow rows, from T * H >= 2^25 with CTAs widened to read 16 KB (H 256: t8x32,
+//    H 512: t16x16; runs/h200-sweep-fwd-large.json): H 256 at 393216 rows (the per-head view's
+//    T 16384) 105.0 -> 99.9 us and at 1572864 rows 421.8 -> 389.6, H 512 at 393216 rows 205.0
+//    -> 194.9 and 65536 rows 35.9 -> 35.6; at 2^23..2^24 elements they lost up to 7 % (H 512
+//    T 16384: 10.75 vs 11.5 us) or tied (H 256 T 65536).
 // At VPT 6 (H 768, 1536, 3072, 5120, 6144) it lost up to 20 % at most T (and won up to 7 % at
 // a few small ones): the ring stays there.
 constexpr int64_t kStreamMaxCtas = 512;
 constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
 constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
+constexpr int64_t kStreamWidenedElems = int64_t(1) << 25;
 constexpr int64_t kStreamMinCtaBytes = 16384;
 constexpr bool streams(const Program& p, int hidden) {
   return p.vpt <= 4 && int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
@@ -181,17 +187,37 @@ constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) 
   const int64_t by_elems = kStreamSmallElems / (int64_t(hidden) * (residual ? 2 : 1));
   return by_ctas < by_elems ? by_ctas : by_elems;
 }
-// The first T of the large streaming window (-1: none).
-constexpr int64_t stream_large_min(const Program& p, int hidden, bool residual) {
-  const int64_t cta_bytes = int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
-  return streams(p, hidden) && cta_bytes >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden) : -1;
-}
 constexpr Program streaming(Program p) {
   p.stages = 0;
   return p;
 }
+constexpr int64_t cta_read_bytes(const Program& p, int hidden, bool residual) {
+  return int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
+}
+// The large window's streaming program: the ring's row group, its CTA doubled (up to
+// kMaxFwdThreads) until it reads kStreamMinCtaBytes.
+constexpr Program streaming_large(const Program& ring, int hidden, bool residual) {
+  Program p = streaming(ring);
+  while (cta_read_bytes(p, hidden, residual) < kStreamMinCtaBytes && p.cta * 2 <= kMaxFwdThreads &&
+         (p.tpr <= 32 || 2 * (p.cta / p.tpr) < 16))
+    p.cta *= 2;
+  return p;
+}
+// The first T of the large streaming window (-1: none).
+constexpr int64_t stream_large_min(const Program& ring, int hidden, bool residual) {
+  if (!streams(ring, hidden) || cta_read_bytes(streaming_large(ring, hidden, residual), hidden, residual) <
+                                    kStreamMinCtaBytes)
+    return -1;
+  const bool widened = cta_read_bytes(ring, hidden, residual) < kStreamMinCtaBytes;
+  return ceil_div(widened ? kStreamWidenedElems : kStreamLargeElems, hidden);
+}
 static_assert(stream_small_max(forward_program(512), 512, false) == 4096 &&
-                  stream_large_min(forward_program(512), 512, false) == -1 &&
+                  stream_large_min(forward_program(512), 512, false) == 65536 &&
+                  streaming_large(forward_program(512), 512, false).cta == 256 &&
+                  stream_large_min(forward_program(256), 256, false) == 131072 &&
+                  streaming_large(forward_program(256), 256, false).cta == 256 &&
+                  streaming_large(forward_program(4096), 4096, false).cta == forward_program(4096).cta &&
+                  stream_large_min(forward_program(8), 8, false) == -1 &&
                   stream_small_max(forward_program(4096), 4096, false) == 1024 &&
                   stream_large_min(forward_program(4096), 4096, false) == 4096 &&
                   stream_small_max(forward_program(4096, true), 4096, true) == 512 &&
@@ -227,6 +253,8 @@ constexpr bool widths_valid(const int* hs, int n) {
   for (int i = 0; i < n; ++i)
     if (!program_valid(forward_program(hs[i]), false) || !program_valid(forward_program(hs[i], true), false) ||
         !program_valid(streaming(forward_program(hs[i])), false) ||
+        !program_valid(streaming_large(forward_program(hs[i]), hs[i], false), false) ||
+        !program_valid(streaming_large(forward_program(hs[i], true), hs[i], true), false) ||
         !program_valid(backward_program(hs[i]), true))
       return false;
   return true;

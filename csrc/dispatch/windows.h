@@ -1,7 +1,7 @@
 // Per-architecture window tables: (route, hidden, T window) -> program. Every architecture
 // serves every width with the sweep-fit general program (programs.h): the backward over one
-// window (0, inf), the forward over up to three, the ring program and its streaming twin of the
-// same row group, so a row's outputs never depend on T; sm_100a/103a/107a take the sm_90a
+// window (0, inf), the forward over up to three, the ring program and its streaming twins of the
+// same row group (their CTAs may differ), so a row's outputs never depend on T; sm_100a/103a/107a take the sm_90a
 // choice (nothing was measured there). CUDA-free and torch-free.
 #pragma once
 
@@ -50,18 +50,20 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
     if (cap > 0) out[0] = Window{0, -1, backward_program(h)};
     return 1;
   }
-  // Forward: the ring program, and its streaming twin below small and from large (programs.h).
+  // Forward: the ring program, and its streaming twins below small and from large (programs.h).
   const bool res = has_residual(route);
-  const Program ring = forward_program(h, res), stream = streaming(ring);
+  const Program ring = forward_program(h, res), stream = streaming(ring), wide = streaming_large(ring, h, res);
   const int64_t small = stream_small_max(ring, h, res), large = stream_large_min(ring, h, res);
   Window w[3];
   int n = 0;
-  if (large >= 0 && large - 1 <= small) {
-    w[n++] = Window{0, -1, stream};
+  if (large >= 0 && large - 1 <= small) {  // the streaming windows meet (very wide rows): no ring
+    const bool split = small > 0 && wide.cta != stream.cta;
+    if (split) w[n++] = Window{0, small, stream};
+    w[n++] = Window{split ? small : 0, -1, wide};
   } else {
     if (small > 0) w[n++] = Window{0, small, stream};
     w[n++] = Window{small, large >= 0 ? large - 1 : -1, ring};
-    if (large >= 0) w[n++] = Window{large - 1, -1, stream};
+    if (large >= 0) w[n++] = Window{large - 1, -1, wide};
   }
   for (int i = 0; i < n && i < cap; ++i) out[i] = w[i];
   return n;
