@@ -108,3 +108,66 @@ def test_dw_bits_match_the_cpu_path(H, T, residual, gen):
     _, dw_cpu = cr.cake_rmsnorm_train_backward(g.cpu(), x.cpu(), w.cpu(), rstd.cpu(),
                                                g_residual=None if gr is None else gr.cpu())
     assert torch.equal(dw_gpu.cpu().view(torch.int32), dw_cpu.view(torch.int32))
+
+
+def _replay_dw(g, x, rstd, chunks):
+    """The documented dw tree in NumPy float32 (every operation rounded once, no FMA): chunk c
+    holds rows [floor(c T / chunks), floor((c + 1) T / chunks)), a Kahan sum of g * (x * rstd)
+    over them in order, resolved (s - c); chunk k goes to lane k % L (L 128 from 1024 chunks,
+    else 32) by Neumaier sums, lanes l + 32 q fold into lane l in order, an xor butterfly merges
+    the 32 lanes, dw = s + c."""
+    np = pytest.importorskip("numpy")
+    f = np.float32
+    T, H = g.shape
+    prod = g.float().numpy() * (x.float().numpy() * rstd.numpy()[:, None])  # float32, one rounding each
+
+    def kahan(rows):
+        s, c = np.zeros(H, f), np.zeros(H, f)
+        for r in rows:
+            y = prod[r] - c
+            t = s + y
+            c = (t - s) - y
+            s = t
+        return s, c
+
+    def neumaier(s, c, v):
+        t = s + v
+        c = c + np.where(np.abs(s) >= np.abs(v), (s - t) + v, (v - t) + s)
+        return t, c
+
+    def merge(s, c, s2, c2):
+        t = s + s2
+        e = np.where(np.abs(s) >= np.abs(s2), (s - t) + s2, (s2 - t) + s)
+        return t, (c + c2) + e
+
+    parts = []
+    for k in range(chunks):
+        s, c = kahan(range(k * T // chunks, (k + 1) * T // chunks))
+        parts.append(s - c)
+    lanes = 128 if chunks >= 1024 else 32
+    ls, lc = [np.zeros(H, f) for _ in range(lanes)], [np.zeros(H, f) for _ in range(lanes)]
+    for k, p in enumerate(parts):
+        ls[k % lanes], lc[k % lanes] = neumaier(ls[k % lanes], lc[k % lanes], p)
+    for l in range(32):
+        for q in range(1, lanes // 32):
+            ls[l], lc[l] = merge(ls[l], lc[l], ls[l + 32 * q], lc[l + 32 * q])
+    o = 16
+    while o:
+        ls[:32], lc[:32] = zip(*[merge(ls[j], lc[j], ls[j ^ o], lc[j ^ o]) for j in range(32)])
+        ls, lc = list(ls), list(lc)
+        o //= 2
+    return torch.from_numpy(ls[0] + lc[0])
+
+
+@pytest.mark.parametrize("H,T", [(512, 6001), (1536, 4001), (2048, 1500), (6144, 300)])
+def test_cpu_dw_is_the_documented_tree(H, T, gen):
+    """The CPU path (which the GPU matches bit for bit) computes the tree the C API describes
+    (cake_rmsnorm_backward_chunks), replayed here operation by operation."""
+    from cake_rmsnorm._lib import backward_chunks
+    x = make_rows(T, H, torch.bfloat16, "cpu", 1.0, None, 0, gen)
+    g = make_rows(T, H, torch.bfloat16, "cpu", 1.0, None, 0, gen)
+    w = make_weight(H, torch.bfloat16, "cpu", gen)
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, EPS)
+    _, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
+    want = _replay_dw(g, x, rstd, backward_chunks(T, H))
+    assert torch.equal(dw.view(torch.int32), want.view(torch.int32))
