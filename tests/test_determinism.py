@@ -93,7 +93,7 @@ def test_dw_bits_do_not_depend_on_grid(H, T, gen):
                                  # half cap) and 4096 (H 256, the per-head view's width), 8 and 32
                                  # chunks a lane.
                                  (512, 4099), (256, 9001),
-                                 # H 4096 past where its count holds at 256 (chunks of 2..3 rows).
+                                 # H 4096 past where its count holds at 256 (chunks of 3..4 rows).
                                  (4096, 777)])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dw_bits_match_the_cpu_path(H, T, residual, gen):

@@ -77,8 +77,8 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
     w = make_weight(H, wdtype, "cuda", gen)
     with program_override(FORWARD, tpr, tpr * rows, vpt, stages=stages):
         want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
-    window_ctas = {int(t) * int(r) for t, r in (re.match(r"general_t(\d+)x(\d+)_", n).groups()
-                                                for _, _, n in cr.program_windows(route, H)[route])}
+    names = [n for _, _, n in cr.program_windows(route, H)[route]]
+    window_ctas = {int(a) * int(b) for a, b in (re.match(r"general_t(\d+)x(\d+)_", n).groups() for n in names)}
     for cta in sorted({tpr * rows, max(tpr, 32), min(tpr * 4, 512)} | window_ctas):
         if cta % tpr or cta < 32 or (tpr > 32 and cta // tpr >= 16):
             continue

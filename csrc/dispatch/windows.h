@@ -1,8 +1,8 @@
 // Per-architecture window tables: (route, hidden, T window) -> program. Every architecture
 // serves every width with the sweep-fit general program (programs.h): the backward over one
 // window (0, inf), the forward over up to three, the ring program and its streaming twins of the
-// same row group (their CTAs may differ), so a row's outputs never depend on T; sm_100a/103a/107a take the sm_90a
-// choice (nothing was measured there). CUDA-free and torch-free.
+// same row group (their CTAs may differ), so a row's outputs never depend on T; sm_100a/103a/107a
+// take the sm_90a choice (nothing was measured there). CUDA-free and torch-free.
 #pragma once
 
 #include <stdint.h>
