@@ -194,13 +194,16 @@ constexpr Program streaming(Program p) {
 constexpr int64_t cta_read_bytes(const Program& p, int hidden, bool residual) {
   return int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
 }
-// The large window's streaming program: the ring's row group, its CTA doubled (up to
-// kMaxFwdThreads) until it reads kStreamMinCtaBytes.
+// The large window's streaming program: the ring's row group, its CTA doubled while that
+// stays a valid program, until it reads kStreamMinCtaBytes.
 constexpr Program streaming_large(const Program& ring, int hidden, bool residual) {
   Program p = streaming(ring);
-  while (cta_read_bytes(p, hidden, residual) < kStreamMinCtaBytes && p.cta * 2 <= kMaxFwdThreads &&
-         (p.tpr <= 32 || 2 * (p.cta / p.tpr) < 16))
-    p.cta *= 2;
+  while (cta_read_bytes(p, hidden, residual) < kStreamMinCtaBytes) {
+    Program wider = p;
+    wider.cta *= 2;
+    if (!program_valid(wider, false, residual)) break;
+    p = wider;
+  }
   return p;
 }
 // The first T of the large streaming window (-1: none).

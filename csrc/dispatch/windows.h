@@ -56,10 +56,8 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   const int64_t small = stream_small_max(ring, h, res), large = stream_large_min(ring, h, res);
   Window w[3];
   int n = 0;
-  if (large >= 0 && large - 1 <= small) {  // the streaming windows meet (very wide rows): no ring
-    const bool split = small > 0 && wide.cta != stream.cta;
-    if (split) w[n++] = Window{0, small, stream};
-    w[n++] = Window{split ? small : 0, -1, wide};
+  if (large >= 0 && large - 1 <= small) {  // the windows meet (very wide rows, small 0): no ring
+    w[n++] = Window{0, -1, wide};
   } else {
     if (small > 0) w[n++] = Window{0, small, stream};
     w[n++] = Window{small, large >= 0 ? large - 1 : -1, ring};
