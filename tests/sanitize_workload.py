@@ -7,8 +7,8 @@ Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register
 (vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
 inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls, the
 streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
-4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows, forward only); row
-pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and up, where the pair
+4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows; VPT 6 from 2^24
+elements, with each place the kernel loads w; forward only); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread groups and up, where the pair
 grid fits in half the resident CTAs)."""
 
 import torch
@@ -62,6 +62,12 @@ def main():
             run(T, 4096, torch.bfloat16, torch.bfloat16, residual)
     for H, T in ((512, 65535), (512, 65536), (256, 131072)):  # the widened CTAs of the large window, its edge
         run(T, H, torch.bfloat16, torch.bfloat16, False, backward=False)
+    # VPT 6 streams from 2^24 elements (H 6144 T 2731, H 1536 T 10923), w loaded before the sum
+    # (16-bit w) or at use (FP32 w); FP32 w before the sum on 128-thread groups (H 4096).
+    for H, T in ((6144, 2730), (6144, 2731), (1536, 10923)):
+        for wdtype in (torch.bfloat16, torch.float32):
+            run(T, H, torch.bfloat16, wdtype, False, backward=False)
+    run(4097, 4096, torch.float16, torch.float32, False, backward=False)
     print("sanitize workload done")
 
 

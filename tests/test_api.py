@@ -249,7 +249,8 @@ def test_forward_routes_take_their_own_rules():
 def test_forward_windows_stream_around_the_ring():
     """The streaming forward takes small T (a grid of <= 512 CTAs reading <= 4M elements) and
     T * H >= 2^24 where a CTA reads >= 16 KB (2^25 where its CTA is widened to read that);
-    VPT 6 programs and the backward keep one window."""
+    VPT 6 programs stream only from 2^24 on the plain route, unwidened; the backward keeps one
+    window."""
     def win(route, H):
         return cr.program_windows(route, H, sm=90)[route]
     assert win("fwd", 4096) == [(0, 1024, "general_t128x2_v4_s0"), (1024, 4095, "general_t128x2_v4_s2"),
@@ -261,7 +262,9 @@ def test_forward_windows_stream_around_the_ring():
     assert win("fwd", 256) == [(0, 8192, "general_t8x16_v4_s0"), (8192, 131071, "general_t8x16_v4_s2"),
                                (131071, None, "general_t8x32_v4_s0")]
     assert win("fwd", 2048)[-1] == (8191, None, "general_t64x4_v4_s0")
-    assert win("fwd", 6144) == [(0, None, "general_t128x2_v6_s2")]
+    assert win("fwd", 6144) == [(0, 2730, "general_t128x2_v6_s2"), (2730, None, "general_t128x2_v6_s0")]
+    assert win("fwd", 1536) == [(0, 10922, "general_t32x8_v6_s2"), (10922, None, "general_t32x8_v6_s0")]
+    assert win("fwd", 768) == [(0, None, "general_t16x8_v6_s2")]  # its CTA reads 12 KB
     assert win("fwd_residual", 6144) == [(0, 341, "general_t256x1_v3_s0"), (341, 2730, "general_t256x1_v3_s2"),
                                          (2730, None, "general_t256x1_v3_s0")]
     assert len(win("bwd", 4096)) == 1 and len(win("bwd_residual", 512)) == 1

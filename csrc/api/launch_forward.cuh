@@ -20,7 +20,17 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
   if (prog.stages == 0) {  // streaming: a group a row, every row's group in the grid
     const int64_t blocks = ceil_div(p.rows, rpc);
     if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
-    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT><<<static_cast<unsigned>(blocks), prog.cta, 0, s>>>(q);
+    const unsigned grid = static_cast<unsigned>(blocks);
+    // Where w is loaded (forward.cuh, WLoad), as measured on the plain route: late at VPT 6 and 8
+    // and for groups of two warps or more; narrow groups (H <= 1024) and the residual route
+    // measured fastest or tied with w first (docs/perf/runs/h200-stream-wload.md).
+    constexpr bool kWide = VPT >= 6;
+    if (!RES && kWide && sizeof(WT) == 4)
+      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse><<<grid, prog.cta, 0, s>>>(q);
+    else if (!RES && (kWide || prog.tpr >= 64))
+      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum><<<grid, prog.cta, 0, s>>>(q);
+    else
+      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst><<<grid, prog.cta, 0, s>>>(q);
     return static_cast<int>(cudaGetLastError());
   }
   auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;

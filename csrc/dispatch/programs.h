@@ -170,8 +170,13 @@ constexpr Program forward_program(int hidden, bool residual = false) {
 //    T 16384) 105.0 -> 99.9 us and at 1572864 rows 421.8 -> 389.6, H 512 at 393216 rows 205.0
 //    -> 194.9 and 65536 rows 35.9 -> 35.6; at 2^23..2^24 elements they lost up to 7 % (H 512
 //    T 16384: 10.75 vs 11.5 us) or tied (H 256 T 65536).
-// At VPT 6 (H 768, 1536, 3072, 5120, 6144) it lost up to 20 % at most T (and won up to 7 % at
-// a few small ones): the ring stays there.
+// At VPT 6 (H 768, 1536, 3072, 5120, 6144) the same kernel lost up to 20 % at most T: it held
+// 95 registers a thread. Loading w after the row's sum of squares (forward.cuh, WLoad) brings it
+// to 55-79, and from T * H >= 2^24 on the plain route, where the ring's CTA already reads >= 16 KB,
+// it wins (runs/h200-stream-wload.md): H 6144 T 4096 28.6 -> 26.9 us, T 65536 411 -> 384, H 5120
+// T 65536 343 -> 330 (FP32 w: 344 -> 323), H 3072 204 -> 191, H 1536 T 16384 28.5 -> 26.75; below
+// 2^24 it lost up to 6 % (H 3072 T 4096: 14.75 vs 15.25), and H 768 (t16x8, 12 KB a CTA) tied
+// at T 65536 widened. The residual route keeps the ring at VPT 6 (not measured streaming there).
 constexpr int64_t kStreamMaxCtas = 512;
 constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
 constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
@@ -179,6 +184,9 @@ constexpr int64_t kStreamWidenedElems = int64_t(1) << 25;
 constexpr int64_t kStreamMinCtaBytes = 16384;
 constexpr bool streams(const Program& p, int hidden) {
   return p.vpt <= 4 && int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
+}
+constexpr bool streams_vpt6(const Program& p, int hidden, bool residual) {
+  return p.vpt == 6 && !residual && int64_t(p.tpr) * p.vpt * 8 >= hidden;
 }
 // The last T of the small streaming window (0: none).
 constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) {
@@ -208,6 +216,8 @@ constexpr Program streaming_large(const Program& ring, int hidden, bool residual
 }
 // The first T of the large streaming window (-1: none).
 constexpr int64_t stream_large_min(const Program& ring, int hidden, bool residual) {
+  if (streams_vpt6(ring, hidden, residual))
+    return cta_read_bytes(ring, hidden, residual) >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden) : -1;
   if (!streams(ring, hidden) || cta_read_bytes(streaming_large(ring, hidden, residual), hidden, residual) <
                                     kStreamMinCtaBytes)
     return -1;
@@ -225,6 +235,10 @@ static_assert(stream_small_max(forward_program(512), 512, false) == 4096 &&
                   stream_large_min(forward_program(4096), 4096, false) == 4096 &&
                   stream_small_max(forward_program(4096, true), 4096, true) == 512 &&
                   stream_small_max(forward_program(6144), 6144, false) == 0 &&
+                  stream_large_min(forward_program(6144), 6144, false) == 2731 &&
+                  streaming_large(forward_program(6144), 6144, false).cta == forward_program(6144).cta &&
+                  stream_large_min(forward_program(1536), 1536, false) == 10923 &&
+                  stream_large_min(forward_program(768), 768, false) == -1 &&
                   stream_large_min(forward_program(6144, true), 6144, true) == 2731,
               "streaming windows at the measured widths");
 

@@ -9,14 +9,60 @@
 
 namespace cake {
 
+// Where the streaming forward loads w, chosen per launch (launch_forward.cuh); the bits are the
+// same for all three. kFirst: with x, so every load of the row is in flight at once. At VPT 6
+// and for rows of 64+ threads that held 72-118 registers a thread (3 or 2 CTAs of 256 threads an
+// SM), so kBeforeSum issues w's loads once the thread's sum of squares is done, where they
+// overlap group_sum (55-79 registers; 64 forced at VPT <= 4), and kAtUse (FP32 w at VPT 6 and 8,
+// which still held 105 then) loads each vector as the output needs it: 55.
+// docs/perf/runs/h200-stream-wload.md has the measurements.
+enum class WLoad { kFirst, kBeforeSum, kAtUse };
+
+// w for the ring kernel: loaded once a CTA, held in registers across its rows.
+template <typename WT, int VPT>
+struct HeldW {
+  WVec<WT> v[VPT];
+  __device__ __forceinline__ void before_sum() {}
+  __device__ __forceinline__ void get(int k, float (&f)[kVec]) const { v[k].get(f); }
+};
+
+// w for the streaming kernel, loaded where kW says.
+template <typename WT, int VPT, WLoad kW>
+struct StreamW {
+  WVec<WT> v[VPT];
+  const void* w;
+  int lane, tpr, nvec;
+  __device__ __forceinline__ StreamW(const void* w_, int lane_, int tpr_, int nvec_)
+      : w(w_), lane(lane_), tpr(tpr_), nvec(nvec_) {
+    if (kW == WLoad::kFirst) load_weights(v, w, lane, tpr, nvec);
+  }
+  __device__ __forceinline__ void before_sum() {
+    if (kW == WLoad::kBeforeSum) load_weights(v, w, lane, tpr, nvec);
+  }
+  __device__ __forceinline__ void get(int k, float (&f)[kVec]) {
+    if (kW == WLoad::kAtUse) v[k].load(w, (lane + k * tpr) * kVec, true);  // get() runs only where stored
+    v[k].get(f);
+  }
+};
+
+// At most 64 registers a thread (two 512-thread CTAs, four of 256) for kBeforeSum at VPT <= 4:
+// uncapped, its FP32-w instances held 80 (8 bytes spill at the cap).
+template <WLoad kW, int VPT>
+constexpr int stream_min_ctas() {
+  return kW == WLoad::kBeforeSum && VPT <= 4 ? 2 : 0;
+}
+
 // One row of the forward, once its first VPT vectors a thread are at hand: xvec(k) and
-// rvec(k) (residual route) return vector lane + k * tpr of x and r, zeros where masked. Every
-// thread of the group calls it (group_sum); `valid` false: an empty group of the streaming
-// kernel's last CTA, which computes on zeros but neither reads the rest of a wide row nor
-// stores. The reduction order depends on (hidden, tpr, VPT) only, in both kernels.
-template <typename T, typename WT, bool RES, int VPT, typename XVec, typename RVec>
+// rvec(k) (residual route) return vector lane + k * tpr of x and r, zeros where masked; w.get(k,
+// f) widens w's vector k, and w.before_sum() runs once the thread's own sum of squares is done
+// (a streaming kernel may load w there). Every thread of the group calls it (group_sum);
+// `valid` false: an empty group of the streaming kernel's last CTA, which computes on zeros but
+// neither reads the rest of a wide row nor stores. kRewiden: widen x again for the output
+// instead of keeping the first widening live (opaque). The reduction order depends on (hidden,
+// tpr, VPT) only, in both kernels.
+template <typename T, typename WT, bool RES, int VPT, bool kRewiden, typename W, typename XVec, typename RVec>
 __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RowGroup& rg,
-                                        GroupScratch& gs, const WVec<WT> (&wv)[VPT], XVec xvec, RVec rvec) {
+                                        GroupScratch& gs, W& w, XVec xvec, RVec rvec) {
   const int tpr = rg.tpr, lane = rg.lane;
   const int nvec = p.hidden / kVec;
   const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
@@ -64,6 +110,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     for (int j = 0; j < kVec; ++j) f[j] *= f[j];
     ss += tree_sum(f);
   }
+  w.before_sum();
   ss = group_sum(ss, rg, gs);
   const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
   const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
@@ -74,8 +121,8 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     const int v = lane + k * tpr;
     if (valid && v < nvec) {
       float f[kVec], wf[kVec];
-      unpack8<T>(hv[k], f);
-      wv[k].get(wf);
+      unpack8<T>(kRewiden ? opaque(hv[k]) : hv[k], f);
+      w.get(k, wf);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
       store16(y + v * kVec, pack8<T>(f));
@@ -137,8 +184,8 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     cp_async_commit();
   };
 
-  WVec<WT> wv[VPT];
-  load_weights(wv, p.w, lane, tpr, nvec);
+  HeldW<WT, VPT> w;
+  load_weights(w.v, p.w, lane, tpr, nvec);
 
 #pragma unroll 1
   for (int s = 0; s + 1 < stages; ++s) issue(first + s * step, s);
@@ -151,7 +198,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     cp_async_wait_ring(stages);
     const uint32_t src = base + cur * sstep;
     cur = ring_next(cur, stages);
-    fwd_row<T, WT, RES, VPT>(p, row, true, rg, gs, wv, [&](int k) { return lds16(src + k * kstep); },
+    fwd_row<T, WT, RES, VPT, false>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
                              [&](int k) { return lds16(src + (VPT + k) * kstep); });
   }
   cp_async_wait<0>();  // no copy outlives the CTA
@@ -159,11 +206,11 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 
 // The streaming forward (a program with stages 0): one row a group and a grid of every row's
 // groups (no persistence, no ring). Each thread loads its first VPT vectors of x (and r)
-// straight into registers, then w, so every resident CTA has its rows' loads in flight at
-// once; at large T the persistent kernel keeps at most one row a group ahead. The same row
+// straight into registers (and w, kFirst), so every resident CTA has its rows' loads in flight
+// at once; at large T the persistent kernel keeps at most one row a group ahead. The same row
 // body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
-template <typename T, typename WT, bool RES, int VPT>
-__global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_stream_kernel(const FwdParams p) {
+template <typename T, typename WT, bool RES, int VPT, WLoad kW>
+__global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>()) rmsnorm_fwd_stream_kernel(const FwdParams p) {
   __shared__ float scratch[32];
   GroupScratch gs{scratch};
   const RowGroup rg(p.tpr);
@@ -181,9 +228,9 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_stream_kernel(cons
     xv[k] = ok ? load16(x + v * kVec) : make_uint4(0, 0, 0, 0);
     if (RES) rv[k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
   }
-  WVec<WT> wv[VPT];
-  load_weights(wv, p.w, lane, tpr, nvec);
-  fwd_row<T, WT, RES, VPT>(p, row, valid, rg, gs, wv, [&](int k) { return xv[k]; }, [&](int k) { return rv[k]; });
+  StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
+  fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
+                                                 [&](int k) { return rv[k]; });
 }
 
 }  // namespace cake
