@@ -21,13 +21,16 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
     const int64_t blocks = ceil_div(p.rows, rpc);
     if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned grid = static_cast<unsigned>(blocks);
-    // Where w is loaded (forward.cuh, WLoad), as measured on the plain route: late at VPT 6 and 8
-    // and for groups of two warps or more; narrow groups (H <= 1024) and the residual route
-    // measured fastest or tied with w first (docs/perf/runs/h200-stream-wload.md).
-    constexpr bool kWide = VPT >= 6;
-    if (!RES && kWide && sizeof(WT) == 4)
+    // Where w is loaded (forward.cuh, WLoad), as measured on the plain route
+    // (docs/perf/runs/h200-stream-wload.md): late at VPT 6 and 8, and for groups of two warps or
+    // more (an FP32 w there only from 2^26 elements: H 4096 T 4096 19.0 us first against 20.75
+    // before the sum, T 65536 269 against 256.5); narrow groups (H <= 1024) and the residual
+    // route measured fastest or tied with w first.
+    constexpr bool kFp32W = sizeof(WT) == 4, kWideVpt = VPT >= 6;
+    const bool wide_group = prog.tpr >= 64 && (!kFp32W || p.rows * p.hidden >= (int64_t(1) << 26));
+    if (!RES && kWideVpt && kFp32W)
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse><<<grid, prog.cta, 0, s>>>(q);
-    else if (!RES && (kWide || prog.tpr >= 64))
+    else if (!RES && (kWideVpt || wide_group))
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum><<<grid, prog.cta, 0, s>>>(q);
     else
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst><<<grid, prog.cta, 0, s>>>(q);

@@ -10,11 +10,11 @@
 namespace cake {
 
 // Where the streaming forward loads w, chosen per launch (launch_forward.cuh); the bits are the
-// same for all three. kFirst: with x, so every load of the row is in flight at once. At VPT 6
-// and for rows of 64+ threads that held 72-118 registers a thread (3 or 2 CTAs of 256 threads an
-// SM), so kBeforeSum issues w's loads once the thread's sum of squares is done, where they
-// overlap group_sum (55-79 registers; 64 forced at VPT <= 4), and kAtUse (FP32 w at VPT 6 and 8,
-// which still held 105 then) loads each vector as the output needs it: 55.
+// same for all three. kFirst: with x, so every load of the row is in flight at once; at VPT 6
+// and with an FP32 w that holds 77-118 registers a thread (3 or 2 CTAs of 256 threads an SM).
+// kBeforeSum issues w's loads once the thread's sum of squares is done, where they overlap
+// group_sum (51-71 registers; 64 forced at VPT <= 4). kAtUse (FP32 w at VPT 6 and 8, which held
+// 97-128 before the sum) loads each vector as the output needs it: 55-70.
 // docs/perf/runs/h200-stream-wload.md has the measurements.
 enum class WLoad { kFirst, kBeforeSum, kAtUse };
 
@@ -46,10 +46,12 @@ struct StreamW {
 };
 
 // At most 64 registers a thread (two 512-thread CTAs, four of 256) for kBeforeSum at VPT <= 4:
-// uncapped, its FP32-w instances held 80 (8 bytes spill at the cap).
+// uncapped, its FP32-w instances held 80 (8 bytes spill at the cap). kAtUse states one CTA an
+// SM, which ptxas compiles differently from stating none: its FP32-w VPT 6 instance then holds 55
+// registers and took 387 us at H 6144 T 65536; without, it held 52 and took 459 (the ring: 411).
 template <WLoad kW, int VPT>
 constexpr int stream_min_ctas() {
-  return kW == WLoad::kBeforeSum && VPT <= 4 ? 2 : 0;
+  return kW == WLoad::kBeforeSum && VPT <= 4 ? 2 : kW == WLoad::kAtUse ? 1 : 0;
 }
 
 // One row of the forward, once its first VPT vectors a thread are at hand: xvec(k) and
@@ -210,7 +212,8 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // at once; at large T the persistent kernel keeps at most one row a group ahead. The same row
 // body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
 template <typename T, typename WT, bool RES, int VPT, WLoad kW>
-__global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>()) rmsnorm_fwd_stream_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
+    rmsnorm_fwd_stream_kernel(const FwdParams p) {
   __shared__ float scratch[32];
   GroupScratch gs{scratch};
   const RowGroup rg(p.tpr);
