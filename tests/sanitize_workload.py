@@ -63,11 +63,12 @@ def main():
     for H, T in ((512, 65535), (512, 65536), (256, 131072)):  # the widened CTAs of the large window, its edge
         run(T, H, torch.bfloat16, torch.bfloat16, False, backward=False)
     # VPT 6 streams from 2^24 elements (H 6144 T 2731, H 1536 T 10923), w loaded before the sum
-    # (16-bit w) or at use (FP32 w); FP32 w before the sum on 128-thread groups (H 4096).
+    # (16-bit w) or at use (FP32 w); an FP32 w before the sum on 128-thread groups from 2^26
+    # elements (H 4096 T 16385; T 4096/4097 above run 16-bit w before the sum).
     for H, T in ((6144, 2730), (6144, 2731), (1536, 10923)):
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)
-    run(4097, 4096, torch.float16, torch.float32, False, backward=False)
+    run(16385, 4096, torch.float16, torch.float32, False, backward=False)
     print("sanitize workload done")
 
 

@@ -61,15 +61,16 @@ def test_candidates_are_correct(H, gen):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("H,T", [(256, 700), (512, 300), (1000, 77), (1536, 200), (2048, 257), (2056, 33), (4096, 129),
-                                 (6144, 300), (16384, 5), (40960, 3)])
+                                 (4096, 16385), (6144, 300), (16384, 5), (40960, 3)])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32])
 def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
     """A streaming program (stages 0: no ring, a group a row, every row's group in the grid)
     runs the ring kernel's row body: with the ring program's tpr and VPT, y, rstd and h_new
     have the same bits, at any T and CTA size (the last CTA's empty groups store nothing), for
-    each place the streaming kernel loads w (w first: H <= 1000 and the residual route; before
-    the sum: 16-bit w at VPT 6 and groups of 64+ threads; at use: FP32 w at VPT 6)."""
+    each place the streaming kernel loads w (w first: H <= 1000, the residual route, an FP32 w
+    on wide groups below 2^26 elements; before the sum: 16-bit w at VPT 6 and groups of 64+
+    threads, an FP32 w there from 2^26 elements, H 4096 T 16385; at use: FP32 w at VPT 6)."""
     route = "fwd_residual" if residual else "fwd"
     # the ring program: general_t{tpr}x{rows}_v{vpt}_s{stages}, stages > 0
     name = next(n for _, _, n in cr.program_windows(route, H)[route] if not n.endswith("_s0"))
