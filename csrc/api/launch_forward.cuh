@@ -22,10 +22,10 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
     if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned grid = static_cast<unsigned>(blocks);
     // Where w is loaded (forward.cuh, WLoad), as measured on the plain route
-    // (docs/perf/runs/h200-stream-wload.md): late at VPT 6 and 8, and for groups of two warps or
-    // more (an FP32 w there only from 2^26 elements: H 4096 T 4096 19.0 us first against 20.75
-    // before the sum, T 65536 269 against 256.5); narrow groups (H <= 1024) and the residual
-    // route measured fastest or tied with w first.
+    // (docs/perf/runs/h200-stream-wload.md): late at VPT 6 (and 8, which no table streams) and
+    // for groups of two warps or more (an FP32 w there only from 2^26 elements: H 4096 T 4096
+    // 19.0 us first against 20.75 before the sum, T 65536 269 against 256.5); narrow groups
+    // (H <= 1024) and the residual route measured fastest or tied with w first.
     constexpr bool kFp32W = sizeof(WT) == 4, kWideVpt = VPT >= 6;
     const bool wide_group = prog.tpr >= 64 && (!kFp32W || p.rows * p.hidden >= (int64_t(1) << 26));
     if (!RES && kWideVpt && kFp32W)

@@ -171,12 +171,13 @@ constexpr Program forward_program(int hidden, bool residual = false) {
 //    -> 194.9 and 65536 rows 35.9 -> 35.6; at 2^23..2^24 elements they lost up to 7 % (H 512
 //    T 16384: 10.75 vs 11.5 us) or tied (H 256 T 65536).
 // At VPT 6 (H 768, 1536, 3072, 5120, 6144) the same kernel lost up to 20 % at most T: it held
-// 95 registers a thread. Loading w after the row's sum of squares (forward.cuh, WLoad) brings it
-// to 55-79, and from T * H >= 2^24 on the plain route, where the ring's CTA already reads >= 16 KB,
-// it wins (runs/h200-stream-wload.md): H 6144 T 4096 28.6 -> 26.9 us, T 65536 411 -> 384, H 5120
-// T 65536 343 -> 330 (FP32 w: 344 -> 323), H 3072 204 -> 191, H 1536 T 16384 28.5 -> 26.75; below
-// 2^24 it lost up to 6 % (H 3072 T 4096: 14.75 vs 15.25), and H 768 (t16x8, 12 KB a CTA) tied
-// at T 65536 widened. The residual route keeps the ring at VPT 6 (not measured streaming there).
+// 74-118 registers a thread. Loading w after the thread's sum of squares, or an FP32 w at each
+// use (forward.cuh, WLoad), brings it to 55-72, and from T * H >= 2^24 on the plain route, where
+// the ring's CTA already reads >= 16 KB, it wins (runs/h200-stream-wload.md): H 6144 T 4096 28.6
+// -> 26.9 us, T 65536 411 -> 384, H 5120 T 65536 343 -> 330 (FP32 w: 344 -> 323), H 3072 204 ->
+// 191, H 1536 T 16384 28.5 -> 26.75; below 2^24 it lost up to 6 % (H 3072 T 4096: 14.75 vs
+// 15.25), and H 768 (t16x8, 12 KB a CTA) tied at T 65536 widened. The residual route keeps the
+// ring at VPT 6 (not measured streaming there).
 constexpr int64_t kStreamMaxCtas = 512;
 constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
 constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
@@ -216,8 +217,9 @@ constexpr Program streaming_large(const Program& ring, int hidden, bool residual
 }
 // The first T of the large streaming window (-1: none).
 constexpr int64_t stream_large_min(const Program& ring, int hidden, bool residual) {
-  if (streams_vpt6(ring, hidden, residual))
-    return cta_read_bytes(ring, hidden, residual) >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden) : -1;
+  if (streams_vpt6(ring, hidden, residual))  // unwidened: its CTA reads >= 16 KB, or it keeps the ring
+    return cta_read_bytes(ring, hidden, residual) >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden)
+                                                                         : -1;
   if (!streams(ring, hidden) || cta_read_bytes(streaming_large(ring, hidden, residual), hidden, residual) <
                                     kStreamMinCtaBytes)
     return -1;

@@ -11,10 +11,10 @@ namespace cake {
 
 // Where the streaming forward loads w, chosen per launch (launch_forward.cuh); the bits are the
 // same for all three. kFirst: with x, so every load of the row is in flight at once; at VPT 6
-// and with an FP32 w that holds 77-118 registers a thread (3 or 2 CTAs of 256 threads an SM).
-// kBeforeSum issues w's loads once the thread's sum of squares is done, where they overlap
-// group_sum (51-71 registers; 64 forced at VPT <= 4). kAtUse (FP32 w at VPT 6 and 8, which held
-// 97-128 before the sum) loads each vector as the output needs it: 55-70.
+// that holds 74-118 registers a thread, and 72-77 with an FP32 w at VPT 4 (2 or 3 CTAs of 256
+// threads an SM). kBeforeSum issues w's loads once the thread's sum of squares is done, where
+// they overlap group_sum: 71-72 registers at VPT 6, 64 forced at VPT <= 4. kAtUse (FP32 w at
+// VPT 6 and 8, which hold 97-128 before the sum) loads each vector as the output needs it: 55-70.
 // docs/perf/runs/h200-stream-wload.md has the measurements.
 enum class WLoad { kFirst, kBeforeSum, kAtUse };
 
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     const uint32_t src = base + cur * sstep;
     cur = ring_next(cur, stages);
     fwd_row<T, WT, RES, VPT, false>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
-                             [&](int k) { return lds16(src + (VPT + k) * kstep); });
+                                    [&](int k) { return lds16(src + (VPT + k) * kstep); });
   }
   cp_async_wait<0>();  // no copy outlives the CTA
 }
