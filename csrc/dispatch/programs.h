@@ -183,11 +183,12 @@ constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
 constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
 constexpr int64_t kStreamWidenedElems = int64_t(1) << 25;
 constexpr int64_t kStreamMinCtaBytes = 16384;
-constexpr bool streams(const Program& p, int hidden) {
-  return p.vpt <= 4 && int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
+constexpr bool holds_row(const Program& p, int hidden) {
+  return int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
 }
+constexpr bool streams(const Program& p, int hidden) { return p.vpt <= 4 && holds_row(p, hidden); }
 constexpr bool streams_vpt6(const Program& p, int hidden, bool residual) {
-  return p.vpt == 6 && !residual && int64_t(p.tpr) * p.vpt * 8 >= hidden;
+  return p.vpt == 6 && !residual && holds_row(p, hidden);
 }
 // The last T of the small streaming window (0: none).
 constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) {
