@@ -8,7 +8,8 @@ Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register
 inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls, the
 streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
 4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows; VPT 6 from 2^24
-elements, with each place the kernel loads w; forward only); row pairs (chunks of two rows: T
+elements, with each place the kernel loads w; the plain route's wider small-T group at its
+edge; forward only); row pairs (chunks of two rows: T
 = 3 and 129 at widths of 32-thread groups and up, where the pair grid fits in half the
 resident CTAs)."""
 
@@ -70,6 +71,12 @@ def main():
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)
     run(16385, 4096, torch.float16, torch.float32, False, backward=False)
+    # The plain forward's wider small-T group and its upper edge (H 512 t32x8 v2 to T 4096, H
+    # 1536 t64x4 v3 to 2048, H 2048 t128x2 v2 to 1024, H 6144 t256x1 v3 to 512), both weights.
+    for H, T in ((512, 4096), (512, 4097), (1536, 2048), (1536, 2049), (2048, 1024), (2048, 1025), (6144, 512),
+                 (6144, 513)):
+        for wdtype in (torch.bfloat16, torch.float32):
+            run(T, H, torch.bfloat16, wdtype, False, backward=False)
     print("sanitize workload done")
 
 

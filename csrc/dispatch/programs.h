@@ -130,7 +130,8 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
 }
 
 // One ring program per width, direction and route (the ring is sized for the residual route);
-// the forward's streaming windows run its row group, so a row's outputs never depend on T.
+// the forward's streaming windows run its row group, except the plain route's smallest T
+// (forward_small_program below).
 // Plain forward, VPT target 5: where a row splits evenly either way, 6 vectors a thread beat 3
 // (half the warps a row, a shorter cross-warp reduction): H 6144 t128x2_v6 against t256x1_v3
 // at T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3)
@@ -190,16 +191,45 @@ constexpr bool streams(const Program& p, int hidden) { return p.vpt <= 4 && hold
 constexpr bool streams_vpt6(const Program& p, int hidden, bool residual) {
   return p.vpt == 6 && !residual && holds_row(p, hidden);
 }
-// The last T of the small streaming window (0: none).
-constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) {
-  if (!streams(p, hidden)) return 0;
+// The most rows a small streaming window of program p serves: a grid of kStreamMaxCtas CTAs,
+// kStreamSmallElems elements read.
+constexpr int64_t stream_small_rows(const Program& p, int hidden, bool residual) {
   const int64_t by_ctas = kStreamMaxCtas * (p.cta / p.tpr);
   const int64_t by_elems = kStreamSmallElems / (int64_t(hidden) * (residual ? 2 : 1));
   return by_ctas < by_elems ? by_ctas : by_elems;
 }
+// The last T of the small streaming window (0: none).
+constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) {
+  return streams(p, hidden) ? stream_small_rows(p, hidden, residual) : 0;
+}
 constexpr Program streaming(Program p) {
   p.stages = 0;
   return p;
+}
+
+// The smallest T of the plain forward stream in a wider row group: VPT target 3 instead of 5
+// (H 512 t32 v2, 1536 t64 v3, 2048 t128 v2, 4096 t256 v2, 6144 t256 v3), twice the warps
+// a row and half the chain a thread, where a call is one latency-bound wave. Measured paired
+// against the ring and stream programs of the ring's group (runs/h200-fwd-small-wide.md) at H
+// 512..6144, T 256..3072: faster up to the small streaming bounds of its own program (512 CTAs,
+// 4M elements: H 512 and 768 to T 4096, 1536 to 2048, 2048 and 3072 to 1024, 4096..6144 to
+// 512), e.g. H 1536 T 256 2.75 -> 2.25 us, T 2048 5.25 -> 4.75, H 3072 T 1024 5.25 -> 4.75, H
+// 5120 T 512 5.0 -> 4.5; past them it lost (H 2048 T 2048 5.75 -> 6.75, H 4096 T 1024 6.0 ->
+// 6.9). A row group of its own, so at this window's upper edge the sum of squares is reduced
+// in another order: rstd may move by an ulp or two and y by one ulp of the activation type on
+// a few rows (measured and bounded in tests/test_determinism.py); within each window a row's
+// outputs still do not depend on T. Groups of 32..256 threads (the measured range); the
+// residual route keeps its own small window (not measured this way).
+constexpr int kFwdSmallVptTarget = 3;
+constexpr Program forward_small_program(int hidden) {
+  const Program g = row_group(hidden, kFwdSmallVptTarget, kMaxFwdTpr, kFwdVpts, kNumFwdVpts);
+  return streaming(shaped(g, forward_groups(g.tpr), 256, false));
+}
+// The last T of the wider group's window (0: none).
+constexpr int64_t small_group_max(const Program& ring, int hidden) {
+  const Program w = forward_small_program(hidden);
+  if (w.tpr == ring.tpr || w.tpr < 32 || w.tpr > 256 || !holds_row(w, hidden)) return 0;
+  return stream_small_rows(w, hidden, false);
 }
 constexpr int64_t cta_read_bytes(const Program& p, int hidden, bool residual) {
   return int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
@@ -244,6 +274,16 @@ static_assert(stream_small_max(forward_program(512), 512, false) == 4096 &&
                   stream_large_min(forward_program(768), 768, false) == -1 &&
                   stream_large_min(forward_program(6144, true), 6144, true) == 2731,
               "streaming windows at the measured widths");
+static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_small_program(512).tpr == 32 &&
+                  forward_small_program(512).cta == 256 && small_group_max(forward_program(768), 768) == 4096 &&
+                  small_group_max(forward_program(1536), 1536) == 2048 && forward_small_program(1536).vpt == 3 &&
+                  small_group_max(forward_program(2048), 2048) == 1024 &&
+                  small_group_max(forward_program(3072), 3072) == 1024 &&
+                  small_group_max(forward_program(4096), 4096) == 512 && forward_small_program(4096).tpr == 256 &&
+                  small_group_max(forward_program(5120), 5120) == 512 &&
+                  small_group_max(forward_program(6144), 6144) == 512 && forward_small_program(6144).vpt == 3 &&
+                  small_group_max(forward_program(256), 256) == 0 && small_group_max(forward_program(8192), 8192) == 0,
+              "the wider small-T group at the measured widths; none at H 256 (16 threads) or 8192 (512)");
 
 constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
