@@ -1,14 +1,62 @@
-"""python -m cake_rmsnorm {bench,info}"""
+"""python -m cake_rmsnorm {bench,info,windows}"""
 
+import argparse
+import re
 import sys
+
+_GROUP = re.compile(r"general_t(\d+)x\d+_v(\d+)_s\d+")
+
+
+def windows_text(hidden, sm, routes=None):
+    """The dispatch windows of each width and route as text, each upper edge marked: `=` the
+    programs on both sides share a row group (a row's outputs are bitwise the same across it),
+    `~` they do not (the sum of squares is reduced in another order: rstd may move by an ulp or
+    two, y by one ulp; docs/perf/runs/h200-fwd-small-wide.md)."""
+    import cake_rmsnorm as cr
+    lines = []
+    for h in hidden:
+        table = cr.program_windows(hidden=h, sm=sm)
+        for route in routes or cr.ROUTES:
+            parts = []
+            wins = table[route]
+            for i, (above, at_most, name) in enumerate(wins):
+                parts.append(f"({above}, inf) {name}" if at_most is None else f"({above}, {at_most}] {name}")
+                if i + 1 < len(wins):
+                    same = _GROUP.match(name).groups() == _GROUP.match(wins[i + 1][2]).groups()
+                    parts.append("=" if same else "~")
+            lines.append(f"sm_{sm}a {route} H={h}: " + " ".join(parts))
+    return "\n".join(lines)
+
+
+def _windows_main(argv):
+    import cake_rmsnorm as cr
+    p = argparse.ArgumentParser(prog="python -m cake_rmsnorm windows", description=windows_text.__doc__)
+    p.add_argument("--hidden", required=True, type=lambda s: [int(v) for v in s.split(",")],
+                   help="widths, comma-separated (multiples of 8)")
+    p.add_argument("--sm", type=int, default=None, help="90, 100, 103 or 107 (default: the current CUDA device's)")
+    p.add_argument("--route", choices=cr.ROUTES, action="append", help="one route (repeatable); all by default")
+    a = p.parse_args(argv)
+    sm = a.sm
+    if sm is None:
+        import torch
+        if not torch.cuda.is_available():
+            p.error("no CUDA device: pass --sm")
+        major, minor = torch.cuda.get_device_capability()
+        sm = 10 * major + minor
+    try:
+        print(windows_text(a.hidden, sm, a.route))
+    except ValueError as e:
+        p.error(str(e))
+    return 0
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m cake_rmsnorm {bench,info} [options]\n"
-              "  bench  time forward / backward / step against the peers (see bench --help)\n"
-              "  info   version, built architectures, device")
+        print("usage: python -m cake_rmsnorm {bench,info,windows} [options]\n"
+              "  bench    time forward / backward / step against the peers (see bench --help)\n"
+              "  info     version, built architectures, device\n"
+              "  windows  the dispatch windows of some widths, each edge marked (see windows --help)")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "bench":
@@ -23,7 +71,9 @@ def main(argv=None):
         print(f"CUDA archs built: {', '.join(f'sm_{a}a' for a in cr.built_archs()) or 'none (CPU-only build)'}")
         print(f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device'}")
         return 0
-    print(f"unknown command {cmd!r}; try bench or info", file=sys.stderr)
+    if cmd == "windows":
+        return _windows_main(rest)
+    print(f"unknown command {cmd!r}; try bench, info or windows", file=sys.stderr)
     return 2
 
 
