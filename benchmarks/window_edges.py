@@ -13,18 +13,7 @@ import json
 import torch
 
 import cake_rmsnorm as cr
-
-
-def ulps(a, b):
-    """Elementwise distance in ulps of two same-dtype float tensors (bit patterns on an ordered line)."""
-    it = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[a.dtype]
-    sign = torch.iinfo(it).min
-
-    def ordered(t):
-        v = t.contiguous().view(it).long()
-        return torch.where(v >= 0, v, sign - v)
-
-    return (ordered(a) - ordered(b)).abs()
+from cake_rmsnorm.bench.ulps import ulp_distance as ulps
 
 
 def edge_stats(H, edge, dtype, wdtype, residual, seeds):

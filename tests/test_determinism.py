@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.ulps import ulp_distance
 from conftest import HAS_CUDA, devices
 from reference import make_rows, make_weight
 
@@ -34,19 +35,6 @@ def test_dw_bitwise_repeatable_with_poisoned_workspace(device, H, T, gen):
         assert torch.equal(dx, results[0][0])
         assert torch.equal(dw.view(torch.int32), results[0][1].view(torch.int32))
     assert torch.isfinite(results[0][1]).all()
-
-
-def _ulps(a, b):
-    """Elementwise distance in units in the last place of two same-dtype float tensors (BF16,
-    FP16 or FP32), through their bit patterns mapped to an ordered integer line."""
-    it = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[a.dtype]
-    sign = torch.iinfo(it).min
-
-    def ordered(t):
-        v = t.contiguous().view(it).long()
-        return torch.where(v >= 0, v, sign - v)
-
-    return (ordered(a) - ordered(b)).abs()
 
 
 @pytest.mark.parametrize("device", devices())
@@ -76,9 +64,9 @@ def test_row_outputs_do_not_depend_on_T(device, H, gen):
     own_group = device == "cuda" and second and group.match(first).groups() != group.match(second).groups()
     if own_group:
         yp_small, sp_small = cr.cake_rmsnorm_train_forward(h_big[:first_max], w, EPS)
-        assert (_ulps(sp_small, sp_big[:first_max]) <= 4).all()
-        dy = _ulps(yp_small, yp_big[:first_max]).amax(dim=1)
-        moved = _ulps(sp_small, sp_big[:first_max]) > 0
+        assert (ulp_distance(sp_small, sp_big[:first_max]) <= 4).all()
+        dy = ulp_distance(yp_small, yp_big[:first_max]).amax(dim=1)
+        moved = ulp_distance(sp_small, sp_big[:first_max]) > 0
         assert (dy <= 1).all() and not (dy > 0)[~moved].any()
     ts = {1, 3, 129, 513} | {e + d for e in edges if e > 0 for d in (0, 1)}
     for T in sorted(t for t in ts if t < big):
