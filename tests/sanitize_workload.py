@@ -9,9 +9,8 @@ inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-on
 streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
 4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows; VPT 6 from 2^24
 elements, with each place the kernel loads w; the plain route's wider small-T group at its
-edge; forward only); row pairs (chunks of two rows: T
-= 3 and 129 at widths of 32-thread groups and up, where the pair grid fits in half the
-resident CTAs)."""
+edge; forward only); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread
+groups and up, where the pair grid fits in half the resident CTAs)."""
 
 import torch
 

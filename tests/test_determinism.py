@@ -57,8 +57,8 @@ def test_row_outputs_do_not_depend_on_T(device, H, gen):
     y_big, s_big, h_big = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=r)
     yp_big, sp_big = cr.cake_rmsnorm_train_forward(h_big, w, EPS)
     dx_big, _ = cr.cake_rmsnorm_train_backward(g, h_big, w, s_big)
-    # The plain route's first window runs another row group when its program's tpr differs from
-    # the next window's (the CPU path has no groups: one order at every T).
+    # The plain route's first window runs another row group (tpr, VPT) than the next window
+    # where the table says so (the CPU path has no groups: one order at every T).
     (_, first_max, first), (_, _, second) = (windows["fwd"] + [(0, None, "")])[:2]
     group = re.compile(r"general_t(\d+)x\d+_v(\d+)_")
     own_group = device == "cuda" and second and group.match(first).groups() != group.match(second).groups()
