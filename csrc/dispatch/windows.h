@@ -26,6 +26,7 @@ struct Window {
   int64_t at_most;  // -1: unbounded
   Program program;
 };
+constexpr int kMaxWindows = 4;  // a route's most windows (windows_for)
 
 constexpr int kArchs[] = {90, 100, 103, 107};
 
@@ -59,7 +60,7 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   const Program ring = forward_program(h, res), stream = streaming(ring), wide = streaming_large(ring, h, res);
   const int64_t group_max = res ? 0 : small_group_max(ring, h);
   const int64_t small = stream_small_max(ring, h, res), large = stream_large_min(ring, h, res);
-  Window w[4];
+  Window w[kMaxWindows];
   int n = 0;
   int64_t lo = 0;  // the last T served so far
   if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h)}, lo = group_max;
@@ -75,12 +76,35 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
 }
 
 // The program a launch of `rows` rows uses: the one whose window holds rows. An architecture
-// without a table of its own (no fatbin ships for it) takes the sm_90a table.
+// without a table of its own (no fatbin ships for it) takes the sm_90a table. Every launch asks,
+// so each thread keeps the tables of its last few (route, width, architecture) keys: building
+// one runs the row-group searches of up to three programs (about 180 ns on a CPU core).
 inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm) {
-  Window w[16];
-  const int n = windows_for(route, hidden, arch_known(sm) ? sm : 90, w, 16);
-  for (int i = 0; i < n && i < 16; ++i)
-    if (rows > w[i].above && (w[i].at_most < 0 || rows <= w[i].at_most)) return w[i].program;
+  struct Entry {
+    Route route;
+    int64_t hidden;
+    int sm, n;
+    Window w[kMaxWindows];
+  };
+  constexpr int kEntries = 8;
+  thread_local Entry cache[kEntries];
+  thread_local int filled = 0, next = 0;
+  const int arch = arch_known(sm) ? sm : 90;
+  const Entry* e = nullptr;
+  for (int i = 0; i < filled && e == nullptr; ++i)
+    if (cache[i].route == route && cache[i].hidden == hidden && cache[i].sm == arch) e = &cache[i];
+  if (e == nullptr) {
+    Entry& fresh = cache[next];
+    fresh.route = route;
+    fresh.hidden = hidden;
+    fresh.sm = arch;
+    fresh.n = windows_for(route, hidden, arch, fresh.w, kMaxWindows);
+    next = (next + 1) % kEntries;
+    if (filled < kEntries) ++filled;
+    e = &fresh;
+  }
+  for (int i = 0; i < e->n && i < kMaxWindows; ++i)
+    if (rows > e->w[i].above && (e->w[i].at_most < 0 || rows <= e->w[i].at_most)) return e->w[i].program;
   return is_forward(route) ? forward_program(static_cast<int>(hidden), has_residual(route))
                            : backward_program(static_cast<int>(hidden));
 }
