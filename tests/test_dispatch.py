@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The source tree: beside these tests, or CAKE_SOURCE_DIR where the suite runs from a copy
+# (ci/smoke_test.sh runs it away from the tree, against the installed wheel).
+ROOT = os.environ.get("CAKE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(ROOT, "csrc")), reason="needs the source tree")
