@@ -11,8 +11,8 @@
 
 namespace cake {
 
-template <typename T, typename WT, bool RES, int VPT>
-int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t s) {
+template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
+int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s) {
   const int64_t rpc = prog.cta / prog.tpr;
   FwdParams q = p;
   q.tpr = prog.tpr;
@@ -29,19 +29,27 @@ int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t 
     constexpr bool kFp32W = sizeof(WT) == 4, kWideVpt = VPT >= 6;
     const bool wide_group = prog.tpr >= 64 && (!kFp32W || p.rows * p.hidden >= (int64_t(1) << 26));
     if (!RES && kWideVpt && kFp32W)
-      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse><<<grid, prog.cta, 0, s>>>(q);
+      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse, kSync><<<grid, prog.cta, 0, s>>>(q);
     else if (!RES && (kWideVpt || wide_group))
-      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum><<<grid, prog.cta, 0, s>>>(q);
+      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum, kSync><<<grid, prog.cta, 0, s>>>(q);
     else
-      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst><<<grid, prog.cta, 0, s>>>(q);
+      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, kSync><<<grid, prog.cta, 0, s>>>(q);
     return static_cast<int>(cudaGetLastError());
   }
-  auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT>;
+  auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT, kSync>;
   const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int64_t blocks = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm,
                                          ceil_div(p.rows, rpc));
   kernel<<<static_cast<unsigned>(blocks), prog.cta, smem, s>>>(q);
   return static_cast<int>(cudaGetLastError());
+}
+
+// Groups of at most a warp run the instance without barrier or scratch (reduce.cuh, GroupSync):
+// it is not held to 4 CTAs an SM, which small CTAs need. The same bits either way.
+template <typename T, typename WT, bool RES, int VPT>
+int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t s) {
+  return prog.tpr <= 32 ? launch_forward_sync<T, WT, RES, VPT, GroupSync::kWarp>(p, prog, s)
+                        : launch_forward_sync<T, WT, RES, VPT, GroupSync::kNamed>(p, prog, s);
 }
 
 template <typename T, typename WT, bool RES>

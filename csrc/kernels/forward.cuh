@@ -60,9 +60,10 @@ constexpr int stream_min_ctas() {
 // (a streaming kernel may load w there). Every thread of the group calls it (group_sum);
 // `valid` false: an empty group of the streaming kernel's last CTA, which computes on zeros but
 // neither reads the rest of a wide row nor stores. kRewiden: widen x again for the output
-// instead of keeping the first widening live (opaque). The reduction order depends on (hidden,
-// tpr, VPT) only, in both kernels.
-template <typename T, typename WT, bool RES, int VPT, bool kRewiden, typename W, typename XVec, typename RVec>
+// instead of keeping the first widening live (opaque). kSync: how group_sum meets (reduce.cuh).
+// The reduction order depends on (hidden, tpr, VPT) only, in both kernels.
+template <typename T, typename WT, bool RES, int VPT, bool kRewiden, GroupSync kSync, typename W, typename XVec,
+          typename RVec>
 __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RowGroup& rg,
                                         GroupScratch& gs, W& w, XVec xvec, RVec rvec) {
   const int tpr = rg.tpr, lane = rg.lane;
@@ -113,7 +114,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     ss += tree_sum(f);
   }
   w.before_sum();
-  ss = group_sum(ss, rg, gs);
+  ss = group_sum<kSync>(ss, rg, gs);
   const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
   const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
   if (valid && lane == 0) p.rstd[row] = rstd;
@@ -154,10 +155,11 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
 // Loops other than the per-vector ones stay rolled and the row loop does no integer division:
 // at small T a warp's instruction chain is the kernel's latency (one warp a scheduler), so
 // every instruction on the hot path costs time (docs/perf/README.md, small-T measurements).
-template <typename T, typename WT, bool RES, int VPT>
+// kSync kWarp: an instance for groups of at most a warp, with no barrier and no scratch.
+template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
-  __shared__ float scratch[32];
+  __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];  // unused (and dropped) for kWarp
   GroupScratch gs{scratch};
   constexpr int kStreams = RES ? 2 : 1;
   const RowGroup rg(p.tpr);
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     cp_async_wait_ring(stages);
     const uint32_t src = base + cur * sstep;
     cur = ring_next(cur, stages);
-    fwd_row<T, WT, RES, VPT, false>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
+    fwd_row<T, WT, RES, VPT, false, kSync>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
                                     [&](int k) { return lds16(src + (VPT + k) * kstep); });
   }
   cp_async_wait<0>();  // no copy outlives the CTA
@@ -211,10 +213,10 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // straight into registers (and w, kFirst), so every resident CTA has its rows' loads in flight
 // at once; at large T the persistent kernel keeps at most one row a group ahead. The same row
 // body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
-template <typename T, typename WT, bool RES, int VPT, WLoad kW>
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     rmsnorm_fwd_stream_kernel(const FwdParams p) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];
   GroupScratch gs{scratch};
   const RowGroup rg(p.tpr);
   const int tpr = rg.tpr, lane = rg.lane;
@@ -232,7 +234,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     if (RES) rv[k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
   }
   StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
-  fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
+  fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
                                                  [&](int k) { return rv[k]; });
 }
 

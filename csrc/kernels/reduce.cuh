@@ -43,6 +43,14 @@ __device__ __forceinline__ float xor_sum(float v, int width) {
   return v;
 }
 
+// How group_sum's threads meet. kWarp: the kernel instance only runs groups of at most a warp,
+// so it shuffles and needs neither a barrier nor scratch. That matters for occupancy: a named
+// barrier whose id is a register makes ptxas reserve all 16 of the CTA's barriers, which held
+// any such kernel to 4 CTAs an SM on the H200 (ncu "Block Limit Barriers"; with 32-thread CTAs
+// 6 % occupancy), and the 128 bytes of static scratch let the driver pick an 8 KB shared-memory
+// carveout (7 CTAs). kNamed: groups of any width (tpr), as below.
+enum class GroupSync { kWarp, kNamed };
+
 // A row group is `tpr` consecutive threads, tpr a power of two. Groups up to a warp reduce
 // with an xor butterfly inside their aligned lanes (every lane ends with the same bits, as
 // FP32 addition commutes); wider groups add their warps' sums through the scratch behind a
@@ -51,10 +59,11 @@ __device__ __forceinline__ float xor_sum(float v, int width) {
 // group must call this together: callers keep row loops uniform and mask invalid rows instead.
 // The steps are unrolled with uniform guards (tpr is a runtime power of two): at small T the
 // warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
+template <GroupSync kSync = GroupSync::kNamed>
 __device__ __forceinline__ float group_sum(float v, const RowGroup& rg, GroupScratch& gs) {
   const int tpr = rg.tpr;
   v = xor_sum<16>(v, tpr);
-  if (tpr <= 32) return v;
+  if (kSync == GroupSync::kWarp || tpr <= 32) return v;
   const int warps = tpr >> 5;
   const int lane = threadIdx.x & 31;
   float* mine = gs.base + gs.half * 16 + rg.group * warps;
