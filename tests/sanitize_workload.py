@@ -76,6 +76,13 @@ def main():
                  (6144, 513)):
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)
+    # The exact narrow groups (a compile-time width): H 768 t32x8 v3 at every T, H 1024 t32x8 v4
+    # streaming to T 4096 and from 16384, H 256 t8 v4 and H 512 t16 v4 on the residual route, a
+    # partial last CTA each.
+    for H, T in ((768, 129), (768, 4097), (768, 16385), (1024, 4097), (1024, 16385), (256, 8191), (512, 4095)):
+        for wdtype in (torch.bfloat16, torch.float32):
+            run(T, H, torch.bfloat16, wdtype, True, backward=False)
+            run(T, H, torch.float16, torch.float16 if wdtype == torch.bfloat16 else wdtype, False, backward=False)
     print("sanitize workload done")
 
 

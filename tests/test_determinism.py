@@ -38,7 +38,7 @@ def test_dw_bitwise_repeatable_with_poisoned_workspace(device, H, T, gen):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("H", [256, 512, 2048, 4096, 6144])
+@pytest.mark.parametrize("H", [256, 512, 768, 1024, 2048, 4096, 6144])
 def test_row_outputs_do_not_depend_on_T(device, H, gen):
     """Rows shared by two calls agree bitwise within a window, and across every window edge
     of both forward routes where the row group stays (the streaming and the ring forward share

@@ -90,3 +90,32 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
         for a, b in zip(got, want):
             assert torch.equal(a.view(torch.int16) if a.dtype != torch.float32 else a.view(torch.int32),
                                b.view(torch.int16) if b.dtype != torch.float32 else b.view(torch.int32)), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("H,tpr,vpt", [(256, 8, 4), (256, 16, 2), (512, 16, 4), (512, 32, 2), (768, 32, 3),
+                                       (1024, 32, 4)])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                          (torch.float16, torch.float16)])
+def test_exact_narrow_groups_match_the_ring_kernel(H, tpr, vpt, residual, dtype, wdtype, gen):
+    """The streaming kernel's exact narrow groups (a compile-time width whose vectors cover the
+    row: launch_forward.cuh, exact_group) have the bits of the ring kernel's runtime-width group
+    with the same tpr and VPT, for every CTA size; the rows past T's last CTA stay unwritten."""
+    T = 301
+    x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    r = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+    w = make_weight(H, wdtype, "cuda", gen)
+    with program_override(FORWARD, tpr, max(tpr, 32), vpt, stages=2):
+        want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+    y_ref, _, _ = ref_forward(x, w, 1e-6, residual=r)
+    assert_close_unit(want[0], y_ref, "ring")
+    for cta in (32, 64, 128, 256):
+        if cta < tpr:
+            continue
+        with program_override(FORWARD, tpr, cta, vpt, stages=0):
+            got = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+        for a, b in zip(got, want):
+            view = torch.int32 if a.dtype == torch.float32 else torch.int16
+            assert torch.equal(a.view(view), b.view(view)), f"t{tpr}x{cta // tpr}_v{vpt}"

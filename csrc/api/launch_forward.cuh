@@ -11,6 +11,24 @@
 
 namespace cake {
 
+// The streaming kernel's exact narrow groups (programs.h, exact_group) take the instance with
+// the constant width; other groups the runtime-width one, with the same bits.
+template <typename T, typename WT, bool RES, int VPT, int kTpr>
+void launch_exact_tpr(const FwdParams& q, const Program& prog, unsigned grid, cudaStream_t s) {
+  if constexpr (exact_group(kTpr, VPT))
+    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, GroupSync::kWarp, kTpr><<<grid, prog.cta, 0, s>>>(q);
+}
+template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
+bool launch_exact(const FwdParams& q, const Program& prog, unsigned grid, cudaStream_t s) {
+  if (kSync != GroupSync::kWarp || !exact_cover(prog.tpr, VPT, q.hidden)) return false;
+  switch (prog.tpr) {
+    case 8: launch_exact_tpr<T, WT, RES, VPT, 8>(q, prog, grid, s); break;
+    case 16: launch_exact_tpr<T, WT, RES, VPT, 16>(q, prog, grid, s); break;
+    default: launch_exact_tpr<T, WT, RES, VPT, 32>(q, prog, grid, s); break;
+  }
+  return true;
+}
+
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s) {
   const int64_t rpc = prog.cta / prog.tpr;
@@ -32,7 +50,7 @@ int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s)
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse, kSync><<<grid, prog.cta, 0, s>>>(q);
     else if (!RES && (kWideVpt || wide_group))
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum, kSync><<<grid, prog.cta, 0, s>>>(q);
-    else
+    else if (!launch_exact<T, WT, RES, VPT, kSync>(q, prog, grid, s))
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, kSync><<<grid, prog.cta, 0, s>>>(q);
     return static_cast<int>(cudaGetLastError());
   }

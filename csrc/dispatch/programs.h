@@ -12,6 +12,15 @@ namespace cake {
 constexpr int kFwdVpts[] = {1, 2, 3, 4, 6, 8};
 constexpr int kBwdVpts[] = {1, 2, 3, 4};
 constexpr int kNumFwdVpts = sizeof(kFwdVpts) / sizeof(int);
+// The streaming forward's exact narrow groups, compiled with a constant width (forward.cuh,
+// kTpr): groups of at most a warp whose vectors cover a row exactly, for the common narrow
+// widths H 256 (t8 v4, t16 v2), 512 (t16 v4, t32 v2), 768 (t32 v3) and 1024 (t32 v4). Their
+// SASS lost the masks, the rest loops and the runtime shifts: 456 instructions against 720
+// for the runtime-width t16 v4 instance, the same bits (tests/test_tuning.py).
+constexpr bool exact_group(int tpr, int vpt) {
+  return (tpr == 8 && vpt == 4) || (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
+}
+constexpr bool exact_cover(int tpr, int vpt, int hidden) { return exact_group(tpr, vpt) && tpr * vpt * 8 == hidden; }
 constexpr int kNumBwdVpts = sizeof(kBwdVpts) / sizeof(int);
 constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
@@ -225,10 +234,13 @@ constexpr Program forward_small_program(int hidden) {
   const Program g = row_group(hidden, kFwdSmallVptTarget, kMaxFwdTpr, kFwdVpts, kNumFwdVpts);
   return streaming(shaped(g, forward_groups(g.tpr), 256, false));
 }
-// The last T of the wider group's window (0: none).
+// The last T of the wider group's window (0: none). None where the ring's own group is an
+// exact warp (H 1024 t32 v4): streamed by its constant-width instance it beat the wider t64 v2
+// at T 256 (2.0 vs 2.25 us) and 1024 (2.75 vs 3.0; runs/h200-sweep-narrow-exact.json).
 constexpr int64_t small_group_max(const Program& ring, int hidden) {
   const Program w = forward_small_program(hidden);
   if (w.tpr == ring.tpr || w.tpr < 32 || w.tpr > 256 || !holds_row(w, hidden)) return 0;
+  if (ring.tpr == 32 && exact_cover(ring.tpr, ring.vpt, hidden)) return 0;
   return stream_small_rows(w, hidden, false);
 }
 constexpr int64_t cta_read_bytes(const Program& p, int hidden, bool residual) {
@@ -257,6 +269,16 @@ constexpr int64_t stream_large_min(const Program& ring, int hidden, bool residua
   const bool widened = cta_read_bytes(ring, hidden, residual) < kStreamMinCtaBytes;
   return ceil_div(widened ? kStreamWidenedElems : kStreamLargeElems, hidden);
 }
+// Whether the wider group serves every T: where it is an exact warp and the ring never streams
+// (VPT 6 in CTAs that read < 16 KB: H 768, t32 v3 against the ring's t16x8 v6). Measured in two
+// sweeps (runs/h200-sweep-narrow.json, before the exact instances, and -exact.json): t32x8 v3
+// streaming against the ring at T 8192 8.25 vs 8.0 us, T 16384 14.5 vs 14.75, T 65536 50.6 vs
+// 52.4; so H 768 has one row group and no edge across which a row's bits move.
+constexpr bool small_group_everywhere(const Program& ring, int hidden) {
+  const Program w = forward_small_program(hidden);
+  return small_group_max(ring, hidden) > 0 && w.tpr == 32 && exact_cover(w.tpr, w.vpt, hidden) &&
+         !streams(ring, hidden) && stream_large_min(ring, hidden, false) < 0;
+}
 static_assert(stream_small_max(forward_program(512), 512, false) == 4096 &&
                   stream_large_min(forward_program(512), 512, false) == 65536 &&
                   streaming_large(forward_program(512), 512, false).cta == 256 &&
@@ -282,8 +304,13 @@ static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_smal
                   small_group_max(forward_program(4096), 4096) == 512 && forward_small_program(4096).tpr == 256 &&
                   small_group_max(forward_program(5120), 5120) == 512 &&
                   small_group_max(forward_program(6144), 6144) == 512 && forward_small_program(6144).vpt == 3 &&
-                  small_group_max(forward_program(256), 256) == 0 && small_group_max(forward_program(8192), 8192) == 0,
-              "the wider small-T group at the measured widths; none at H 256 (16 threads) or 8192 (512)");
+                  small_group_max(forward_program(256), 256) == 0 && small_group_max(forward_program(8192), 8192) == 0 &&
+                  small_group_max(forward_program(1024), 1024) == 0 &&
+                  small_group_everywhere(forward_program(768), 768) &&
+                  !small_group_everywhere(forward_program(512), 512) &&
+                  !small_group_everywhere(forward_program(1536), 1536),
+              "the wider small-T group at the measured widths; none at H 256 (16 threads), 1024 (an exact warp "
+              "ring) or 8192 (512); at every T for H 768");
 
 constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);

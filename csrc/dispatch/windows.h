@@ -46,6 +46,20 @@ inline bool arch_known(int sm) {
   return false;
 }
 
+// The ring program's windows from T `lo` on: its streaming twin up to `small`, the ring, and
+// the widened twin from `large` (-1: none); where the two streaming windows meet (very wide
+// rows) no ring.
+inline void ring_windows(Window* w, int& n, int64_t lo, int64_t small, int64_t large, const Program& stream,
+                         const Program& ring, const Program& wide) {
+  if (large >= 0 && large - 1 <= (small > lo ? small : lo)) {
+    w[n++] = Window{lo, -1, wide};
+    return;
+  }
+  if (small > lo) w[n++] = Window{lo, small, stream}, lo = small;
+  w[n++] = Window{lo, large >= 0 ? large - 1 : -1, ring};
+  if (large >= 0) w[n++] = Window{large - 1, -1, wide};
+}
+
 // Fills up to `cap` windows; returns how many the route has, or -1 if not served.
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
   if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
@@ -63,13 +77,11 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   Window w[kMaxWindows];
   int n = 0;
   int64_t lo = 0;  // the last T served so far
-  if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h)}, lo = group_max;
-  if (large >= 0 && large - 1 <= (small > lo ? small : lo)) {  // the windows meet (very wide rows): no ring
-    w[n++] = Window{lo, -1, wide};
+  if (group_max > 0 && small_group_everywhere(ring, h)) {  // one window, one row group (H 768)
+    w[n++] = Window{0, -1, forward_small_program(h)};
   } else {
-    if (small > lo) w[n++] = Window{lo, small, stream}, lo = small;
-    w[n++] = Window{lo, large >= 0 ? large - 1 : -1, ring};
-    if (large >= 0) w[n++] = Window{large - 1, -1, wide};
+    if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h)}, lo = group_max;
+    ring_windows(w, n, lo, small, large, stream, ring, wide);
   }
   for (int i = 0; i < n && i < cap; ++i) out[i] = w[i];
   return n;

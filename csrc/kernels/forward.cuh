@@ -61,13 +61,18 @@ constexpr int stream_min_ctas() {
 // `valid` false: an empty group of the streaming kernel's last CTA, which computes on zeros but
 // neither reads the rest of a wide row nor stores. kRewiden: widen x again for the output
 // instead of keeping the first widening live (opaque). kSync: how group_sum meets (reduce.cuh).
-// The reduction order depends on (hidden, tpr, VPT) only, in both kernels.
-template <typename T, typename WT, bool RES, int VPT, bool kRewiden, GroupSync kSync, typename W, typename XVec,
-          typename RVec>
-__device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RowGroup& rg,
-                                        GroupScratch& gs, W& w, XVec xvec, RVec rvec) {
+// kTpr > 0: an exact group of kTpr threads (<= 32) known at compile time, whose VPT vectors a
+// thread cover the row exactly (hidden == kTpr * VPT * 8): no masks, no rest loops, constant
+// offsets and a butterfly of log2(kTpr) steps, the same adds in the same order as the runtime
+// group's. The reduction order depends on (hidden, tpr, VPT) only, in both kernels.
+template <typename T, typename WT, bool RES, int VPT, bool kRewiden, GroupSync kSync, int kTpr, typename RG,
+          typename W, typename XVec, typename RVec>
+__device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RG& rg, GroupScratch& gs,
+                                        W& w, XVec xvec, RVec rvec) {
+  constexpr bool kExact = kTpr > 0;
   const int tpr = rg.tpr, lane = rg.lane;
-  const int nvec = p.hidden / kVec;
+  const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
+  const int hidden = kExact ? kTpr * VPT * kVec : p.hidden;
   const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
   const T* r = RES ? static_cast<const T*>(p.r) + row * p.r_stride : nullptr;
   T* h = RES ? static_cast<T*>(p.h) + row * p.h_stride : nullptr;
@@ -88,7 +93,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
       hv[k] = pack8<T>(f);  // h_new is rounded to the activation type, then normalised
       unpack8<T>(hv[k], f);
       const int v = lane + k * tpr;
-      if (valid && v < nvec) store16(h + v * kVec, hv[k]);
+      if (valid && (kExact || v < nvec)) store16(h + v * kVec, hv[k]);
     }
 #pragma unroll
     for (int j = 0; j < kVec; ++j) f[j] *= f[j];
@@ -97,7 +102,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
   float ss = tree_sum(part);
   // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
 #pragma unroll 1
-  for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
+  for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
     float f[kVec];
     unpack8<T>(load16(x + v * kVec), f);
     if (RES) {
@@ -114,15 +119,23 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     ss += tree_sum(f);
   }
   w.before_sum();
-  ss = group_sum<kSync>(ss, rg, gs);
-  const float mean = __fdiv_rn(ss, static_cast<float>(p.hidden));
-  const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+  if constexpr (kExact) {
+    static_assert(kTpr <= 32 && kSync == GroupSync::kWarp, "exact groups are at most a warp");
+    ss = xor_sum<kTpr / 2>(ss, kTpr);
+  } else {
+    ss = group_sum<kSync>(ss, rg, gs);
+  }
+  const float mean = row_mean(ss, hidden);
+  float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+  // One value for the store and the output: otherwise the compiler recomputes the division
+  // after lane 0's store branch, so that lane runs the sequence twice while the warp waits.
+  asm volatile("" : "+f"(rstd));
   if (valid && lane == 0) p.rstd[row] = rstd;
 
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = lane + k * tpr;
-    if (valid && v < nvec) {
+    if (valid && (kExact || v < nvec)) {
       float f[kVec], wf[kVec];
       unpack8<T>(kRewiden ? opaque(hv[k]) : hv[k], f);
       w.get(k, wf);
@@ -133,7 +146,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
   }
   // Second pass over the rest: the same thread wrote h_new there, so it reads its own store.
 #pragma unroll 1
-  for (int v = lane + VPT * tpr; valid && v < nvec; v += tpr) {
+  for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
     float f[kVec], wf[kVec];
     unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
     WVec<WT> w2;
@@ -202,7 +215,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     cp_async_wait_ring(stages);
     const uint32_t src = base + cur * sstep;
     cur = ring_next(cur, stages);
-    fwd_row<T, WT, RES, VPT, false, kSync>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
+    fwd_row<T, WT, RES, VPT, false, kSync, 0>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
                                     [&](int k) { return lds16(src + (VPT + k) * kstep); });
   }
   cp_async_wait<0>();  // no copy outlives the CTA
@@ -213,14 +226,15 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // straight into registers (and w, kFirst), so every resident CTA has its rows' loads in flight
 // at once; at large T the persistent kernel keeps at most one row a group ahead. The same row
 // body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
-template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
+// kTpr > 0: the exact narrow group of fwd_row, for the widths launch_forward.cuh lists.
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     rmsnorm_fwd_stream_kernel(const FwdParams p) {
   __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];
   GroupScratch gs{scratch};
-  const RowGroup rg(p.tpr);
+  const RowGroupT<kTpr> rg(p.tpr);
   const int tpr = rg.tpr, lane = rg.lane;
-  const int nvec = p.hidden / kVec;
+  const int nvec = kTpr > 0 ? kTpr * VPT : p.hidden / kVec;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rg.rpc + rg.group;
   const bool valid = row < p.rows;  // the last CTA's empty groups still run group_sum's shuffles
   const T* x = static_cast<const T*>(p.x) + (valid ? row * p.x_stride : 0);
@@ -229,12 +243,12 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = lane + k * tpr;
-    const bool ok = valid && v < nvec;
+    const bool ok = valid && (kTpr > 0 || v < nvec);
     xv[k] = ok ? load16(x + v * kVec) : make_uint4(0, 0, 0, 0);
     if (RES) rv[k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
   }
   StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
-  fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
+  fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync, kTpr>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
                                                  [&](int k) { return rv[k]; });
 }
 

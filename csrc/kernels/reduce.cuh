@@ -11,15 +11,26 @@ __device__ __forceinline__ void group_barrier(int id, int count) {
 
 // This thread's place among row groups of `tpr` consecutive threads (tpr a power of two, so
 // shifts rather than integer division): rpc groups a CTA, its group and its lane in it.
-struct RowGroup {
+// kTpr > 0: the width is known at compile time (shifts by constants).
+template <int kTpr = 0>
+struct RowGroupT {
   int tpr, rpc, group, lane;
-  __device__ __forceinline__ explicit RowGroup(int threads_per_row) : tpr(threads_per_row) {
-    const int log_tpr = __ffs(tpr) - 1;
+  __device__ __forceinline__ explicit RowGroupT(int threads_per_row) : tpr(kTpr > 0 ? kTpr : threads_per_row) {
+    const int log_tpr = kTpr > 0 ? __builtin_ctz(kTpr) : __ffs(tpr) - 1;
     rpc = static_cast<int>(blockDim.x) >> log_tpr;
     group = threadIdx.x >> log_tpr;
     lane = threadIdx.x & (tpr - 1);
   }
 };
+using RowGroup = RowGroupT<0>;
+
+// sum / hidden, correctly rounded. For a power-of-two width the reciprocal 2^-k is exact, so
+// the product rounds the same real number once and has the quotient's bits, without the
+// division's instruction sequence (at small T each row's chain is the kernel's latency).
+__device__ __forceinline__ float row_mean(float sum, int hidden) {
+  if ((hidden & (hidden - 1)) == 0) return __fmul_rn(sum, __int_as_float((127 - (__ffs(hidden) - 1)) << 23));
+  return __fdiv_rn(sum, static_cast<float>(hidden));
+}
 
 // Cross-warp scratch of one CTA: two halves of one float a warp (a CTA has at most 16 warps),
 // used in turn by successive group_sum calls, so one barrier a call suffices: a thread still
@@ -59,8 +70,8 @@ enum class GroupSync { kWarp, kNamed };
 // group must call this together: callers keep row loops uniform and mask invalid rows instead.
 // The steps are unrolled with uniform guards (tpr is a runtime power of two): at small T the
 // warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
-template <GroupSync kSync = GroupSync::kNamed>
-__device__ __forceinline__ float group_sum(float v, const RowGroup& rg, GroupScratch& gs) {
+template <GroupSync kSync = GroupSync::kNamed, typename RG>
+__device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& gs) {
   const int tpr = rg.tpr;
   v = xor_sum<16>(v, tpr);
   if (kSync == GroupSync::kWarp || tpr <= 32) return v;

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace cake {
 
 constexpr int kVec = 8;  // elements per 16-byte vector of a 16-bit type
@@ -36,6 +38,17 @@ __device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<ui
 
 template <typename T>
 __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[kVec]) {
+  if constexpr (sizeof(T) == 2 && std::is_same<T, __nv_bfloat16>::value) {
+    // A BF16 value is the top half of its FP32 value: one shift or one mask an element, where
+    // the conversion intrinsic compiles to a byte permute plus a shift for the upper half.
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    return;
+  }
   using P = Pair<T>;
   const typename P::type* h = reinterpret_cast<const typename P::type*>(&raw);
 #pragma unroll
