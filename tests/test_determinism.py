@@ -190,3 +190,23 @@ def test_cpu_dw_is_the_documented_tree(H, T, gen):
     _, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
     want = _replay_dw(g, x, rstd, backward_chunks(T, H))
     assert torch.equal(dw.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("H", [256, 512, 768, 1024, 1536])
+def test_widened_weight_gives_the_same_bits(device, H, gen):
+    """A BF16 w and the same w stored as FP32 hold the same values, so y, rstd and h_new have
+    the same bits with either, in every window. On the GPU the BF16-w launch of a narrow group
+    runs the lean row code (forward.cuh, kLean: bit-operation widening, a power-of-two width's
+    mean by its exact reciprocal) and the FP32-w launch the previous code."""
+    windows = cr.program_windows("fwd", H, sm=90)["fwd"]
+    ts = [1, 129] if device == "cpu" else sorted({1, 129, 4097} | {a + 1 for a, _, _ in windows if 0 < a < 20000})
+    w = make_weight(H, torch.bfloat16, device, gen)
+    for T in ts:
+        x = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+        r = make_rows(T, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()
+        for res in (None, r):
+            a = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=res)
+            b = cr.cake_rmsnorm_train_forward(x, w.float(), EPS, residual=res)
+            for u, v in zip(a, b):
+                assert torch.equal(u, v), (H, T, res is None)

@@ -62,12 +62,16 @@ int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s)
   return static_cast<int>(cudaGetLastError());
 }
 
-// Groups of at most a warp run the instance without barrier or scratch (reduce.cuh, GroupSync):
-// it is not held to 4 CTAs an SM, which small CTAs need. The same bits either way.
+// Groups of at most a warp with up to 4 vectors a thread (the narrow rows measured: H 256..1024)
+// run the instance without barrier or scratch (reduce.cuh, GroupSync), which is not held to 4
+// CTAs an SM, as small CTAs need, and its lean row code (forward.cuh, kLean). Other programs
+// keep the previous instance, SASS for SASS. The same bits either way.
 template <typename T, typename WT, bool RES, int VPT>
 int launch_forward_kernel(const FwdParams& p, const Program& prog, cudaStream_t s) {
-  return prog.tpr <= 32 ? launch_forward_sync<T, WT, RES, VPT, GroupSync::kWarp>(p, prog, s)
-                        : launch_forward_sync<T, WT, RES, VPT, GroupSync::kNamed>(p, prog, s);
+  if constexpr (VPT <= 4) {
+    if (prog.tpr <= 32) return launch_forward_sync<T, WT, RES, VPT, GroupSync::kWarp>(p, prog, s);
+  }
+  return launch_forward_sync<T, WT, RES, VPT, GroupSync::kNamed>(p, prog, s);
 }
 
 template <typename T, typename WT, bool RES>

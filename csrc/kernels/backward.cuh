@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         dot += tree_sum(gf);
       }
       dot = group_sum(dot, rg, gs);
-      const float mean = row_mean(dot, p.hidden);
+      const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
 
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {

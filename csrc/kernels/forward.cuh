@@ -23,7 +23,8 @@ template <typename WT, int VPT>
 struct HeldW {
   WVec<WT> v[VPT];
   __device__ __forceinline__ void before_sum() {}
-  __device__ __forceinline__ void get(int k, float (&f)[kVec]) const { v[k].get(f); }
+  template <bool kBits>
+  __device__ __forceinline__ void get(int k, float (&f)[kVec]) const { v[k].template get<kBits>(f); }
 };
 
 // w for the streaming kernel, loaded where kW says.
@@ -39,9 +40,10 @@ struct StreamW {
   __device__ __forceinline__ void before_sum() {
     if (kW == WLoad::kBeforeSum) load_weights(v, w, lane, tpr, nvec);
   }
+  template <bool kBits>
   __device__ __forceinline__ void get(int k, float (&f)[kVec]) {
     if (kW == WLoad::kAtUse) v[k].load(w, (lane + k * tpr) * kVec, true);  // get() runs only where stored
-    v[k].get(f);
+    v[k].template get<kBits>(f);
   }
 };
 
@@ -70,6 +72,14 @@ template <typename T, typename WT, bool RES, int VPT, bool kRewiden, GroupSync k
 __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RG& rg, GroupScratch& gs,
                                         W& w, XVec xvec, RVec rvec) {
   constexpr bool kExact = kTpr > 0;
+  // kLean (the instances measured with it: groups of at most a warp, BF16 activations and w):
+  // BF16 widened by bit operations, a power-of-two width's mean by its exact reciprocal, rstd computed
+  // once. The same values. Other instances keep the previous code: with the mean's width test
+  // the VPT 6 streaming kernel issued its last row load after the other vectors' squares and ran
+  // 15-18 % slower (H 6144 T 65536 385 -> 453 us, H 1536 99 -> 115); with an FP32 w the VPT 4
+  // one issued 4 of its 16 loads before its first arithmetic instead of 12, and with FP16
+  // activations VPT 2 and 3 issued half their row loads there (SASS, not measured).
+  constexpr bool kLean = kSync == GroupSync::kWarp && std::is_same<T, __nv_bfloat16>::value && sizeof(WT) == 2;
   const int tpr = rg.tpr, lane = rg.lane;
   const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
   const int hidden = kExact ? kTpr * VPT * kVec : p.hidden;
@@ -84,14 +94,14 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
   for (int k = 0; k < VPT; ++k) {
     float f[kVec];
     hv[k] = xvec(k);
-    unpack8<T>(hv[k], f);
+    unpack8<T, kLean>(hv[k], f);
     if (RES) {
       float u[kVec];
-      unpack8<T>(rvec(k), u);
+      unpack8<T, kLean>(rvec(k), u);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) f[j] += u[j];
       hv[k] = pack8<T>(f);  // h_new is rounded to the activation type, then normalised
-      unpack8<T>(hv[k], f);
+      unpack8<T, kLean>(hv[k], f);
       const int v = lane + k * tpr;
       if (valid && (kExact || v < nvec)) store16(h + v * kVec, hv[k]);
     }
@@ -104,15 +114,15 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
 #pragma unroll 1
   for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
     float f[kVec];
-    unpack8<T>(load16(x + v * kVec), f);
+    unpack8<T, kLean>(load16(x + v * kVec), f);
     if (RES) {
       float u[kVec];
-      unpack8<T>(load16(r + v * kVec), u);
+      unpack8<T, kLean>(load16(r + v * kVec), u);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) f[j] += u[j];
       const uint4 packed = pack8<T>(f);
       store16(h + v * kVec, packed);
-      unpack8<T>(packed, f);
+      unpack8<T, kLean>(packed, f);
     }
 #pragma unroll
     for (int j = 0; j < kVec; ++j) f[j] *= f[j];
@@ -125,11 +135,11 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
   } else {
     ss = group_sum<kSync>(ss, rg, gs);
   }
-  const float mean = row_mean(ss, hidden);
+  const float mean = kLean ? row_mean(ss, hidden) : __fdiv_rn(ss, static_cast<float>(p.hidden));
   float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
   // One value for the store and the output: otherwise the compiler recomputes the division
   // after lane 0's store branch, so that lane runs the sequence twice while the warp waits.
-  asm volatile("" : "+f"(rstd));
+  if constexpr (kLean) asm volatile("" : "+f"(rstd));
   if (valid && lane == 0) p.rstd[row] = rstd;
 
 #pragma unroll
@@ -137,8 +147,8 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     const int v = lane + k * tpr;
     if (valid && (kExact || v < nvec)) {
       float f[kVec], wf[kVec];
-      unpack8<T>(kRewiden ? opaque(hv[k]) : hv[k], f);
-      w.get(k, wf);
+      unpack8<T, kLean>(kRewiden ? opaque(hv[k]) : hv[k], f);
+      w.template get<kLean>(k, wf);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
       store16(y + v * kVec, pack8<T>(f));
@@ -148,10 +158,10 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
 #pragma unroll 1
   for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
     float f[kVec], wf[kVec];
-    unpack8<T>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
+    unpack8<T, kLean>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
     WVec<WT> w2;
     w2.load(p.w, v * kVec, true);
-    w2.get(wf);
+    w2.template get<kLean>(wf);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) f[j] = (f[j] * rstd) * wf[j];
     store16(y + v * kVec, pack8<T>(f));

@@ -36,11 +36,13 @@ __device__ __forceinline__ uint4 load16(const void* p) {
 }
 __device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
 
-template <typename T>
+// kBits (BF16 only): a BF16 value is the top half of its FP32 value, so one shift or one mask
+// an element, where the conversion intrinsic compiles to a byte permute plus a shift for the
+// upper half. The same values; only the instances that were measured with it use it
+// (forward.cuh, kLean): in others it moved the compiler's load schedule.
+template <typename T, bool kBits = false>
 __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[kVec]) {
-  if constexpr (sizeof(T) == 2 && std::is_same<T, __nv_bfloat16>::value) {
-    // A BF16 value is the top half of its FP32 value: one shift or one mask an element, where
-    // the conversion intrinsic compiles to a byte permute plus a shift for the upper half.
+  if constexpr (kBits && std::is_same<T, __nv_bfloat16>::value) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -105,7 +107,8 @@ struct WVec {
   __device__ __forceinline__ void load(const void* w, int col, bool valid) {
     a = valid ? load16(static_cast<const WT*>(w) + col) : make_uint4(0, 0, 0, 0);
   }
-  __device__ __forceinline__ void get(float (&f)[kVec]) const { unpack8<WT>(a, f); }
+  template <bool kBits = false>
+  __device__ __forceinline__ void get(float (&f)[kVec]) const { unpack8<WT, kBits>(a, f); }
   // Widened at this use: the compiler may not keep an earlier widening alive (see opaque).
   __device__ __forceinline__ void get_here(float (&f)[kVec]) const { unpack8<WT>(opaque(a), f); }
 };
@@ -117,6 +120,7 @@ struct WVec<float> {
     a = valid ? __ldg(p) : make_float4(0.f, 0.f, 0.f, 0.f);
     b = valid ? __ldg(p + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  template <bool kBits = false>
   __device__ __forceinline__ void get(float (&f)[kVec]) const {
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
