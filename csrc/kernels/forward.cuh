@@ -73,8 +73,8 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
                                         W& w, XVec xvec, RVec rvec) {
   constexpr bool kExact = kTpr > 0;
   // kLean (the instances measured with it: groups of at most a warp, BF16 activations and w):
-  // BF16 widened by bit operations, a power-of-two width's mean by its exact reciprocal, rstd computed
-  // once. The same values. Other instances keep the previous code: with the mean's width test
+  // BF16 widened by bit operations, a power-of-two width's mean by its exact reciprocal, rstd
+  // computed once. The same values. Other instances keep the previous code: with the mean's width test
   // the VPT 6 streaming kernel issued its last row load after the other vectors' squares and ran
   // 15-18 % slower (H 6144 T 65536 385 -> 453 us, H 1536 99 -> 115); with an FP32 w the VPT 4
   // one issued 4 of its 16 loads before its first arithmetic instead of 12, and with FP16
@@ -225,8 +225,9 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
     cp_async_wait_ring(stages);
     const uint32_t src = base + cur * sstep;
     cur = ring_next(cur, stages);
-    fwd_row<T, WT, RES, VPT, false, kSync, 0>(p, row, true, rg, gs, w, [&](int k) { return lds16(src + k * kstep); },
-                                    [&](int k) { return lds16(src + (VPT + k) * kstep); });
+    fwd_row<T, WT, RES, VPT, false, kSync, 0>(p, row, true, rg, gs, w,
+                                              [&](int k) { return lds16(src + k * kstep); },
+                                              [&](int k) { return lds16(src + (VPT + k) * kstep); });
   }
   cp_async_wait<0>();  // no copy outlives the CTA
 }
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // straight into registers (and w, kFirst), so every resident CTA has its rows' loads in flight
 // at once; at large T the persistent kernel keeps at most one row a group ahead. The same row
 // body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
-// kTpr > 0: the exact narrow group of fwd_row, for the widths launch_forward.cuh lists.
+// kTpr > 0: the exact narrow group of fwd_row, for the groups programs.h lists (exact_group).
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     rmsnorm_fwd_stream_kernel(const FwdParams p) {
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
   }
   StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
   fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync, kTpr>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
-                                                 [&](int k) { return rv[k]; });
+                                                              [&](int k) { return rv[k]; });
 }
 
 }  // namespace cake
