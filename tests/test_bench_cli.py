@@ -26,6 +26,32 @@ def test_cpu_run_records_its_dtypes(tmp_path, dtype, weight, wdtype):
     assert rows and all(r["dtype"] == dtype and r["weight"] == wdtype and r["us"]["cake"] > 0 for r in rows)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")
+def test_a_stopped_run_keeps_its_rows(tmp_path, monkeypatch):
+    """The JSON is rewritten after every row, marked incomplete until the run ends, so a run
+    stopped by a time limit keeps what it measured."""
+    import cake_rmsnorm.bench.run as run
+
+    calls = []
+
+    def stop_at_the_third_shape(case, deterministic=True):
+        calls.append(case.H)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what a time limit's signal leaves behind
+        return make_cake(case, deterministic)
+
+    make_cake = run.make_cake
+    monkeypatch.setattr(run, "make_cake", stop_at_the_third_shape)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--ops", "fwd", "--out", str(tmp_path / "b")])
+    partial = json.load(open(tmp_path / "b.json"))
+    assert partial["complete"] is False and len(partial["rows"]) == 2
+    monkeypatch.setattr(run, "make_cake", make_cake)
+    assert main(["--ops", "fwd", "--out", str(tmp_path / "b")]) == 0
+    done = json.load(open(tmp_path / "b.json"))
+    assert done["complete"] is True and len(done["rows"]) == 4
+
+
 def test_windows_command_marks_each_edge(capsys):
     """`python -m cake_rmsnorm windows`: `~` where the row group changes across an edge (the plain
     forward's wider small-T group), `=` where it stays; refusals name the rule."""

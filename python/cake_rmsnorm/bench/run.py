@@ -54,7 +54,7 @@ def _dtypes(args):
     return table[args.weight], table[args.dtype]
 
 
-def run_gpu(args):
+def run_gpu(args, on_row=lambda rows: None):
     peers, missing = available_peers(args.peers)
     for reason in missing.values():
         print(f"skipped peer: {reason}", file=sys.stderr)
@@ -84,13 +84,14 @@ def run_gpu(args):
                "us": {k: round(v[0], 3) for k, v in res.items()},
                "event_us": {k: round(v[1], 3) for k, v in res.items()}}
         rows.append(row)
+        on_row(rows)
         del graphs, impls, case
         torch.cuda.empty_cache()
     _progress(len(todo), len(todo), "done")
     return rows, missing
 
 
-def run_cpu(args):
+def run_cpu(args, on_row=lambda rows: None):
     """No GPU: time our CPU path on small shapes (wall clock), as a smoke run."""
     print("no CUDA device: timing the CPU path on small shapes (wall clock, not the GPU protocol)",
           file=sys.stderr)
@@ -111,6 +112,7 @@ def run_cpu(args):
             rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
                          "per_head": 0, "mode": "det", "bytes": logical_bytes(op, T, H, False),
                          "us": {"cake": round(us, 1)}})
+            on_row(rows)
     _progress(len(todo), len(todo), "done")
     return rows, {}
 
@@ -200,14 +202,21 @@ def main(argv=None):
     if args.quick:
         args.hidden, args.tokens = [2048], [1024, 16384]
     gpu = torch.cuda.is_available()
-    rows, missing = run_gpu(args) if gpu else run_cpu(args)
     meta = {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
             "cake_rmsnorm": cr.__version__, "copy_TBps": COPY_TBPS,
             "timing": "GPU kernel time: union of kernel-active intervals per replay (CUPTI), median"
-                      if gpu else "CPU wall clock", "skipped_peers": missing, "rows": rows}
+                      if gpu else "CPU wall clock"}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(meta, f, indent=1)
+
+    def write_json(rows, missing, complete):
+        # Rewritten after every row ("complete": false), so a run stopped by a time limit keeps
+        # every row it measured.
+        with open(args.out + ".json", "w") as f:
+            json.dump(dict(meta, skipped_peers=missing, complete=complete, rows=rows), f, indent=1)
+
+    on_row = lambda rows: write_json(rows, {}, False)  # noqa: E731
+    rows, missing = run_gpu(args, on_row) if gpu else run_cpu(args, on_row)
+    write_json(rows, missing, True)
     md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}")
     with open(args.out + ".md", "w") as f:
         f.write(md)
