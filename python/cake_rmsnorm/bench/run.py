@@ -54,7 +54,7 @@ def _dtypes(args):
     return table[args.weight], table[args.dtype]
 
 
-def run_gpu(args, on_row=lambda rows: None):
+def run_gpu(args, on_row=lambda rows, missing: None):
     peers, missing = available_peers(args.peers)
     for reason in missing.values():
         print(f"skipped peer: {reason}", file=sys.stderr)
@@ -84,14 +84,14 @@ def run_gpu(args, on_row=lambda rows: None):
                "us": {k: round(v[0], 3) for k, v in res.items()},
                "event_us": {k: round(v[1], 3) for k, v in res.items()}}
         rows.append(row)
-        on_row(rows)
+        on_row(rows, missing)
         del graphs, impls, case
         torch.cuda.empty_cache()
     _progress(len(todo), len(todo), "done")
     return rows, missing
 
 
-def run_cpu(args, on_row=lambda rows: None):
+def run_cpu(args, on_row=lambda rows, missing: None):
     """No GPU: time our CPU path on small shapes (wall clock), as a smoke run."""
     print("no CUDA device: timing the CPU path on small shapes (wall clock, not the GPU protocol)",
           file=sys.stderr)
@@ -112,7 +112,7 @@ def run_cpu(args, on_row=lambda rows: None):
             rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
                          "per_head": 0, "mode": "det", "bytes": logical_bytes(op, T, H, False),
                          "us": {"cake": round(us, 1)}})
-            on_row(rows)
+            on_row(rows, {})
     _progress(len(todo), len(todo), "done")
     return rows, {}
 
@@ -214,7 +214,7 @@ def main(argv=None):
         with open(args.out + ".json", "w") as f:
             json.dump(dict(meta, skipped_peers=missing, complete=complete, rows=rows), f, indent=1)
 
-    on_row = lambda rows: write_json(rows, {}, False)  # noqa: E731
+    on_row = lambda rows, missing: write_json(rows, missing, False)  # noqa: E731
     rows, missing = run_gpu(args, on_row) if gpu else run_cpu(args, on_row)
     write_json(rows, missing, True)
     md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}")
