@@ -129,12 +129,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     ss += tree_sum(f);
   }
   w.before_sum();
-  if constexpr (kExact) {
-    static_assert(kTpr <= 32 && kSync == GroupSync::kWarp, "exact groups are at most a warp");
-    ss = xor_sum<kTpr / 2>(ss, kTpr);
-  } else {
-    ss = group_sum<kSync>(ss, rg, gs);
-  }
+  ss = group_sum<kSync>(ss, rg, gs);
   const float mean = kLean ? row_mean(ss, hidden) : __fdiv_rn(ss, static_cast<float>(p.hidden));
   float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
   // One value for the store and the output: otherwise the compiler recomputes the division

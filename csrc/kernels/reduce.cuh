@@ -14,6 +14,7 @@ __device__ __forceinline__ void group_barrier(int id, int count) {
 // kTpr > 0: the width is known at compile time (shifts by constants).
 template <int kTpr = 0>
 struct RowGroupT {
+  static constexpr int kWidth = kTpr;  // 0: runtime
   int tpr, rpc, group, lane;
   __device__ __forceinline__ explicit RowGroupT(int threads_per_row) : tpr(kTpr > 0 ? kTpr : threads_per_row) {
     const int log_tpr = kTpr > 0 ? __builtin_ctz(kTpr) : __ffs(tpr) - 1;
@@ -72,6 +73,10 @@ enum class GroupSync { kWarp, kNamed };
 // warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
 template <GroupSync kSync = GroupSync::kNamed, typename RG>
 __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& gs) {
+  if constexpr (RG::kWidth > 0) {  // a compile-time width: only its log2(width) butterfly steps
+    static_assert(RG::kWidth <= 32 && kSync == GroupSync::kWarp, "compile-time widths are at most a warp");
+    return xor_sum<RG::kWidth / 2>(v, RG::kWidth);
+  }
   const int tpr = rg.tpr;
   v = xor_sum<16>(v, tpr);
   if (kSync == GroupSync::kWarp || tpr <= 32) return v;
