@@ -10,7 +10,8 @@ streaming forward's windows on both sides of the ring's (the small T of most wid
 4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows; VPT 6 from 2^24
 elements, with each place the kernel loads w; the plain route's wider small-T group at its
 edge; forward only); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread
-groups and up, where the pair grid fits in half the resident CTAs)."""
+groups and up, where the pair grid fits in half the resident CTAs); the exact narrow groups of
+both directions."""
 
 import torch
 
@@ -83,6 +84,13 @@ def main():
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, True, backward=False)
             run(T, H, torch.float16, torch.float16 if wdtype == torch.bfloat16 else wdtype, False, backward=False)
+    # The backward's exact groups (H 256 t16 v2 above; H 512 t32 v2, H 768 t32 v3): row pairs
+    # at T 3 and 129 (immediate pair barriers), whole chunks at 4097, both routes and weights.
+    for H in (512, 768):
+        for T in (3, 129, 4097):
+            for residual in (False, True):
+                run(T, H, torch.bfloat16, torch.bfloat16, residual)
+        run(129, H, torch.float16, torch.float32, True)
     print("sanitize workload done")
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cake_rmsnorm as cr
-from cake_rmsnorm.tuning import BACKWARD, FORWARD, program_override
+from cake_rmsnorm.tuning import BACKWARD, FORWARD, exact_groups, program_override
 from conftest import HAS_CUDA
 from reference import DW_REL_L2, assert_close_unit, make_rows, make_weight, ref_backward, ref_forward, rel_l2
 
@@ -119,3 +119,48 @@ def test_exact_narrow_groups_match_the_ring_kernel(H, tpr, vpt, residual, dtype,
         for a, b in zip(got, want):
             view = torch.int32 if a.dtype == torch.float32 else torch.int16
             assert torch.equal(a.view(view), b.view(view)), f"t{tpr}x{cta // tpr}_v{vpt}"
+
+
+def _bits(t):
+    return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("H", [256, 512, 768, 1024])
+@pytest.mark.parametrize("T", [3, 129, 1000, 4097])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                          (torch.float16, torch.float16)])
+def test_exact_groups_have_the_runtime_kernels_bits(H, T, residual, dtype, wdtype, gen):
+    """The tables' programs at these widths have exact, compile-time-width kernels (the
+    forward's streaming groups; the backward's t16 v2, t32 v2 and t32 v3, row pairs at T 3,
+    129 and 1000 included): with the tuning hook off, the same programs run the runtime-width
+    kernels, and every output has the same bits, dx and dw included. The exact run is also held
+    to the FP64 reference."""
+    x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    r = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+    g = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    gr = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+    w = make_weight(H, wdtype, "cuda", gen)
+    runs = []
+    for enabled in (True, False):
+        with exact_groups(enabled):
+            fwd = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+            h, rstd = (fwd[2], fwd[1]) if residual else (x, fwd[1])
+            dx, dw = cr.cake_rmsnorm_train_backward(g, h, w, rstd, g_residual=gr)
+        runs.append((*fwd, dx, dw))
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert torch.equal(_bits(a), _bits(b)), f"output {i} moved between the exact and runtime-width kernels"
+    dx_ref, dw_ref = ref_backward(g, h, w, 1e-6)
+    if residual:
+        dx_ref = dx_ref + gr.double()
+    assert_close_unit(runs[0][-2], dx_ref, "dx")
+    assert rel_l2(runs[0][-1], dw_ref) <= DW_REL_L2
+
+
+def test_exact_groups_hook_takes_only_booleans():
+    from cake_rmsnorm._lib import _c
+
+    assert _c.cake_rmsnorm_set_exact_groups(2) != 0
+    assert _c.cake_rmsnorm_set_exact_groups(1) == 0

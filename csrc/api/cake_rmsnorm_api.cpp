@@ -19,6 +19,7 @@ namespace {
 
 thread_local std::string g_last_cuda_error;
 thread_local cake::Program g_override[2] = {};
+thread_local bool g_exact_groups = true;
 
 // The window table's program for the call, or this thread's tuning override.
 [[maybe_unused]] bool select_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
@@ -30,10 +31,11 @@ thread_local cake::Program g_override[2] = {};
 #else
     *out = cake::select_program(route, hidden, rows, 90);
 #endif
-    return true;
+  } else {
+    *out = o;
   }
-  *out = o;
-  return cake::program_valid(o, backward, cake::has_residual(route));
+  out->exact = g_exact_groups;
+  return o.tpr == 0 || cake::program_valid(o, backward, cake::has_residual(route));
 }
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
@@ -230,6 +232,12 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
   // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
   if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_override[direction] = p;
+  return CAKE_OK;
+}
+
+cake_status_t cake_rmsnorm_set_exact_groups(int enabled) {
+  if (enabled != 0 && enabled != 1) return CAKE_ERR_INVALID_ARGUMENT;
+  g_exact_groups = enabled == 1;
   return CAKE_OK;
 }
 

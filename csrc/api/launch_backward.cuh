@@ -49,6 +49,21 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
                                       : launch_finalize_cols<32, kFinalizeLanes>(p, s);
 }
 
+using BwdKernel = void (*)(BwdParams);
+
+// The instance for a program: the exact group where programs.h lists one (exact_bwd_group;
+// the same bits, no masks or rest loops), else the runtime-width kernel. Pairs need groups of
+// a warp or more, so only 32-thread exact groups pair.
+template <typename T, typename WT, bool RES, int VPT, bool PAIR>
+BwdKernel backward_kernel(const Program& prog, int hidden) {
+  const bool exact = prog.exact && exact_bwd_cover(prog.tpr, VPT, hidden);
+  if constexpr (exact_bwd_group(32, VPT))
+    if (exact && prog.tpr == 32) return rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, 32>;
+  if constexpr (!PAIR && exact_bwd_group(16, VPT))
+    if (exact && prog.tpr == 16) return rmsnorm_bwd_kernel<T, WT, RES, VPT, false, 16>;
+  return rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR>;
+}
+
 // Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp
 // or more (named barriers count whole warps): two groups share each chunk, the CTA doubled when
 // it holds one group, up to 256 threads (a 512-thread CTA of 128-register threads fills an SM);
@@ -64,7 +79,7 @@ bool pair_program(const BwdParams& p, const Program& prog, Program* out) {
   if ((q.cta / q.tpr) % 2 != 0) q.cta *= 2;
   q.stages = 1;
   if (q.cta > kMaxBwdThreads) return false;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(rmsnorm_bwd_kernel<T, WT, RES, VPT, true>),
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(backward_kernel<T, WT, RES, VPT, true>(q, p.hidden)),
                                          q.cta, backward_smem_bytes(q.cta, VPT, q.stages, RES));
   const int units = q.cta / q.tpr / 2;
   if (resident <= 0 || 2 * ceil_div(p.chunks, units) > resident) return false;
@@ -82,7 +97,8 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
-  auto kernel = pair ? rmsnorm_bwd_kernel<T, WT, RES, VPT, true> : rmsnorm_bwd_kernel<T, WT, RES, VPT, false>;
+  const BwdKernel kernel = pair ? backward_kernel<T, WT, RES, VPT, true>(prog, p.hidden)
+                                : backward_kernel<T, WT, RES, VPT, false>(prog, p.hidden);
   const int64_t grid =
       persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, prog.ctas_per_sm, wanted, max_ctas);
   kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);

@@ -20,7 +20,7 @@ void launch_exact_tpr(const FwdParams& q, const Program& prog, unsigned grid, cu
 }
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 bool launch_exact(const FwdParams& q, const Program& prog, unsigned grid, cudaStream_t s) {
-  if (kSync != GroupSync::kWarp || !exact_cover(prog.tpr, VPT, q.hidden)) return false;
+  if (kSync != GroupSync::kWarp || !prog.exact || !exact_cover(prog.tpr, VPT, q.hidden)) return false;
   switch (prog.tpr) {
     case 8: launch_exact_tpr<T, WT, RES, VPT, 8>(q, prog, grid, s); break;
     case 16: launch_exact_tpr<T, WT, RES, VPT, 16>(q, prog, grid, s); break;

@@ -23,6 +23,10 @@ constexpr bool exact_group(int tpr, int vpt) {
   return (tpr == 8 && vpt == 4) || (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
 }
 constexpr bool exact_cover(int tpr, int vpt, int hidden) { return exact_group(tpr, vpt) && tpr * vpt * 8 == hidden; }
+// The backward's exact groups (backward.cuh, kTpr): the tables' narrow programs, H 256 (t16
+// v2), 512 (t32 v2) and 768 (t32 v3). The same bits as the runtime-width instance.
+constexpr bool exact_bwd_group(int tpr, int vpt) { return (tpr == 16 && vpt == 2) || (tpr == 32 && (vpt == 2 || vpt == 3)); }
+constexpr bool exact_bwd_cover(int tpr, int vpt, int hidden) { return exact_bwd_group(tpr, vpt) && tpr * vpt * 8 == hidden; }
 constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
 
@@ -71,6 +75,7 @@ struct Program {
   int vpt;  // 16-byte vectors per thread held in the ring (an instantiated value)
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
   int stages = 1;       // cp.async ring depth, 1..kMaxStages; 0: the streaming forward (no ring)
+  bool exact = true;    // an exact group's compile-time-width kernel where one exists (same bits)
 };
 
 constexpr bool vpt_instantiated(int vpt, bool backward) {

@@ -2,6 +2,8 @@
 // and FP32 per-chunk dw partials; dw_finalize sums them in chunk order. Torch-free.
 #pragma once
 
+#include <type_traits>
+
 #include "compensated.h"
 #include "params.h"
 #include "pipeline.cuh"
@@ -9,6 +11,49 @@
 #include "vec.cuh"
 
 namespace cake {
+
+// Every rounding of dx spelled out (intrinsics are never contracted into FMAs), so a row's dx
+// bits are a function of the row group's shape alone: with plain operators the compiler chose
+// per instance which products to fuse, and the exact groups' kernels (the same adds in the
+// same order) differed from the runtime-width ones in the last bit of a few elements in a
+// thousand rows. The FMAs are where the compiler had put them (each leaf pair of the sum, the
+// mean's term in dx), so the instruction mix is the one measured before.
+__device__ __forceinline__ float gwxhat(float g, float w, float x, float rstd) {
+  return __fmul_rn(__fmul_rn(g, w), __fmul_rn(x, rstd));
+}
+// The sum of g*w*xhat over one vector in Tree<8>'s order, each leaf pair one FMA.
+__device__ __forceinline__ float gwxhat_sum(const float (&g)[kVec], const float (&w)[kVec], const float (&x)[kVec],
+                                            float rstd) {
+  float pr[kVec / 2];
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) {
+    const int a = 2 * i, b = 2 * i + 1;
+    pr[i] = __fmaf_rn(__fmul_rn(g[a], w[a]), __fmul_rn(x[a], rstd), gwxhat(g[b], w[b], x[b], rstd));
+  }
+  return tree_sum(pr);
+}
+__device__ __forceinline__ float dx_value(float g, float w, float xhat, float mean, float rstd) {
+  return __fmul_rn(rstd, __fmaf_rn(-mean, xhat, __fmul_rn(g, w)));
+}
+
+// The two groups of a row pair meet (PAIR below). Runtime widths: named barrier `id`, a
+// register, so ptxas reserves all 16 of the CTA's barriers (reduce.cuh says what that costs).
+// Exact 32-thread groups have no other barrier: pair u of the CTA (at most 256 threads, so 4
+// pairs) takes barrier u + 1 as an immediate, and ptxas reserves only those.
+template <int kTpr>
+__device__ __forceinline__ void pair_barrier(int id, int unit, int count) {
+  if constexpr (kTpr == 32) {
+    static_assert(kMaxBwdThreads / 64 <= 4, "one immediate barrier a pair");
+    switch (unit) {
+      case 0: asm volatile("bar.sync 1, 64;" ::: "memory"); break;
+      case 1: asm volatile("bar.sync 2, 64;" ::: "memory"); break;
+      case 2: asm volatile("bar.sync 3, 64;" ::: "memory"); break;
+      default: asm volatile("bar.sync 4, 64;" ::: "memory"); break;
+    }
+  } else {
+    group_barrier(id, count);
+  }
+}
 
 // dw partials are per chunk: chunk c of p.chunks (a function of rows and hidden alone) covers
 // rows [chunk_begin(c), chunk_begin(c + 1)) and one row group sums it, row by row in order, in
@@ -25,17 +70,26 @@ namespace cake {
 // The high group leaves its dw products (g * xhat, rounded as always) in its own consumed ring
 // slots; the low group adds them after its own row, the order of the one-group chunk: the
 // same dw bits.
-template <typename T, typename WT, bool RES, int VPT, bool PAIR>
+// kTpr > 0: an exact group of kTpr threads (programs.h, exact_bwd_group) whose VPT vectors a
+// thread cover the row (hidden == kTpr * VPT * 8), as in the forward's exact groups: no masks,
+// no rest loops, a butterfly of log2(kTpr) steps with neither barrier nor scratch, the mean's
+// divisor a constant; BF16 widened by bit operations. The same adds in the same order: the
+// same bits as the runtime-width instance.
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
+  constexpr bool kExact = kTpr > 0;
+  constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
+  constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
-  __shared__ float scratch[32];
+  __shared__ float scratch[kExact ? 1 : 32];  // unused (and dropped) by exact groups
   GroupScratch gs{scratch};
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   constexpr int kStreams = RES ? 3 : 2;
-  const RowGroup rg(p.tpr);
+  const RowGroupT<kTpr> rg(p.tpr);
   const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
   const int cta = blockDim.x, stages = p.stages;
-  const int nvec = p.hidden / kVec;
+  const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
+  const int hidden = nvec * kVec;
   const bool want_dw = p.dw != nullptr;
   // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
   // its rstd of stage s: rbase + s * cta * 4.
@@ -69,7 +123,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
       if (valid) {  // past the chunk: an empty group, so the ring's group count stays uniform
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
-          const bool ok = lane + k * tpr < nvec;  // masked vectors land as zeros
+          const bool ok = kExact || lane + k * tpr < nvec;  // masked vectors land as zeros
           const int off = ok ? k * tpr * kVec : 0;
           cp_async16(dst + k * kstep, g + off, ok);
           cp_async16(dst + (VPT + k) * kstep, x + off, ok);
@@ -106,43 +160,39 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float gf[kVec], xf[kVec], wf[kVec];
-        unpack8<T>(lds16(src + k * kstep), gf);
-        unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
-        wv[k].get_here(wf);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) gf[j] = (gf[j] * wf[j]) * (xf[j] * rstd);
-        part[k] = tree_sum(gf);
+        unpack8<T, kBits>(lds16(src + k * kstep), gf);
+        unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
+        wv[k].template get_here<kBits>(wf);
+        part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
       float dot = tree_sum(part);
 #pragma unroll 1
-      for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
+      for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
         unpack8<T>(load16(x + v * kVec), xf);
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
         w2.get_here(wf);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) gf[j] = (gf[j] * wf[j]) * (xf[j] * rstd);
-        dot += tree_sum(gf);
+        dot += gwxhat_sum(gf, wf, xf, rstd);
       }
-      dot = group_sum(dot, rg, gs);
-      const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
+      dot = group_sum<kSync>(dot, rg, gs);
+      const float mean = kExact ? row_mean(dot, hidden) : __fdiv_rn(dot, static_cast<float>(p.hidden));
 
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const int v = lane + k * tpr;
         float gf[kVec], xf[kVec], wf[kVec], d[kVec];
-        unpack8<T>(lds16(src + k * kstep), gf);
-        unpack8<T>(lds16(src + (VPT + k) * kstep), xf);
-        if (RES) unpack8<T>(lds16(src + (2 * VPT + k) * kstep), d);
-        wv[k].get_here(wf);
+        unpack8<T, kBits>(lds16(src + k * kstep), gf);
+        unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
+        if (RES) unpack8<T, kBits>(lds16(src + (2 * VPT + k) * kstep), d);
+        wv[k].template get_here<kBits>(wf);
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           const float xhat = __fmul_rn(xf[j], rstd);
-          const float val = rstd * ((gf[j] * wf[j]) - mean * xhat);
-          d[j] = RES ? val + d[j] : val;
+          const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
+          d[j] = RES ? __fadd_rn(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);
           if (!hi) kahan_add(acc[k][j], comp[k][j], prod[j]);
         }
@@ -150,10 +200,10 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
           sts16f(src + k * kstep, prod[0], prod[1], prod[2], prod[3]);
           sts16f(src + (VPT + k) * kstep, prod[4], prod[5], prod[6], prod[7]);
         }
-        if (v < nvec) store16(dx + v * kVec, pack8<T>(d));
+        if (kExact || v < nvec) store16(dx + v * kVec, pack8<T>(d));
       }
 #pragma unroll 1
-      for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
+      for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec], d[kVec];
         unpack8<T>(load16(g + v * kVec), gf);
         unpack8<T>(load16(x + v * kVec), xf);
@@ -163,8 +213,8 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float val = rstd * ((gf[j] * wf[j]) - mean * (xf[j] * rstd));
-          d[j] = RES ? val + d[j] : val;
+          const float val = dx_value(gf[j], wf[j], __fmul_rn(xf[j], rstd), mean, rstd);
+          d[j] = RES ? __fadd_rn(val, d[j]) : val;
         }
         store16(dx + v * kVec, pack8<T>(d));
       }
@@ -174,7 +224,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
     cp_async_wait<0>();
     if (!want_dw) continue;
     if (PAIR) {
-      if (tpr >= 32) group_barrier(pair_bar, 2 * tpr);  // the high group's products are in place
+      if (tpr >= 32) pair_barrier<kTpr>(pair_bar, unit, 2 * tpr);  // the high group's products are in place
       if (!hi && split < cend) {
         const uint32_t hsrc = base + tpr * 16u;  // the high group's thread of this lane, stage 0
 #pragma unroll
@@ -187,14 +237,14 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
           for (int j = 0; j < kVec; ++j) kahan_add(acc[k][j], comp[k][j], q[j]);
         }
       }
-      if (tpr >= 32) group_barrier(pair_bar, 2 * tpr);  // read: the high group may refill its slots
+      if (tpr >= 32) pair_barrier<kTpr>(pair_bar, unit, 2 * tpr);  // read: the high group may refill
       if (hi) continue;
     }
     float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = lane + k * tpr;
-      if (v < nvec) {
+      if (kExact || v < nvec) {
         float4* out = reinterpret_cast<float4*>(part + v * kVec);
         out[0] = make_float4(__fsub_rn(acc[k][0], comp[k][0]), __fsub_rn(acc[k][1], comp[k][1]),
                              __fsub_rn(acc[k][2], comp[k][2]), __fsub_rn(acc[k][3], comp[k][3]));
@@ -205,7 +255,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
     // The rest of a very wide row: column-wise over the chunk (g and x of these columns are
     // read a second time; only rows wider than VPT * tpr vectors get here).
 #pragma unroll 1
-    for (int v = lane + VPT * tpr; v < nvec; v += tpr) {
+    for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
       float a[kVec], e[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;

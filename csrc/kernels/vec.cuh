@@ -110,7 +110,8 @@ struct WVec {
   template <bool kBits = false>
   __device__ __forceinline__ void get(float (&f)[kVec]) const { unpack8<WT, kBits>(a, f); }
   // Widened at this use: the compiler may not keep an earlier widening alive (see opaque).
-  __device__ __forceinline__ void get_here(float (&f)[kVec]) const { unpack8<WT>(opaque(a), f); }
+  template <bool kBits = false>
+  __device__ __forceinline__ void get_here(float (&f)[kVec]) const { unpack8<WT, kBits>(opaque(a), f); }
 };
 template <>
 struct WVec<float> {
@@ -125,6 +126,7 @@ struct WVec<float> {
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
   }
+  template <bool kBits = false>
   __device__ __forceinline__ void get_here(float (&f)[kVec]) const { get(f); }
 };
 

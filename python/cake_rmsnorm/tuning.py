@@ -5,9 +5,9 @@ on T, which an override can break."""
 
 import contextlib
 
-from ._lib import set_program_override
+from ._lib import set_exact_groups, set_program_override
 
-__all__ = ["program_override", "FORWARD", "BACKWARD"]
+__all__ = ["program_override", "exact_groups", "FORWARD", "BACKWARD"]
 
 FORWARD, BACKWARD = 0, 1
 
@@ -28,3 +28,17 @@ def program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: 
         yield
     finally:
         set_program_override(direction, 0, 0, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def exact_groups(enabled: bool):
+    """``with exact_groups(False):`` this thread's CUDA launches in the block run the
+    runtime-width kernels where a program's row group also has an exact, compile-time-width
+    kernel (groups of at most a warp whose vectors cover the row: the forward's streaming
+    groups at H 256..1024, the backward's at H 256, 512 and 768). The same bits either way;
+    for paired A/B measurements and the tests that hold the two to the same bits."""
+    set_exact_groups(bool(enabled))
+    try:
+        yield
+    finally:
+        set_exact_groups(True)

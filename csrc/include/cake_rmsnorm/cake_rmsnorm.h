@@ -125,6 +125,12 @@ CAKE_API unsigned cake_rmsnorm_built_archs(void);
 CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt,
                                                          int ctas_per_sm, int stages);
 
+/* Tuning hook (A/B measurements and tests): enabled = 0 makes this thread's CUDA launches run
+ * the runtime-width kernels where a program's row group has an exact, compile-time-width
+ * kernel (groups of at most a warp whose vectors cover the row); 1 (the default) restores
+ * them. The outputs' bits are the same either way. */
+CAKE_API cake_status_t cake_rmsnorm_set_exact_groups(int enabled);
+
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */
 CAKE_API const char* cake_rmsnorm_last_cuda_error(void);
