@@ -69,8 +69,8 @@ def main():
             with open(args.out + ".json", "w") as f:  # partial results survive a time limit
                 json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
             u = r["us"]
-            cells = "  ".join(f"{op} {u[op + '_exact']:.2f} vs {u[op + '_runtime']:.2f} ({u[op + '_runtime'] / u[op + '_exact']:.3f}x)"
-                              for op in args.ops)
+            cells = "  ".join(f"{op} {u[op + '_exact']:.2f} vs {u[op + '_runtime']:.2f} "
+                              f"({u[op + '_runtime'] / u[op + '_exact']:.3f}x)" for op in args.ops)
             print(f"H={H} T={T}{f' x{args.heads}' if args.heads > 1 else ''}{' res' if args.residual else ''}: "
                   f"exact vs runtime us  {cells}", flush=True)
 

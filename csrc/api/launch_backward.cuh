@@ -79,8 +79,9 @@ bool pair_program(const BwdParams& p, const Program& prog, Program* out) {
   if ((q.cta / q.tpr) % 2 != 0) q.cta *= 2;
   q.stages = 1;
   if (q.cta > kMaxBwdThreads) return false;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(backward_kernel<T, WT, RES, VPT, true>(q, p.hidden)),
-                                         q.cta, backward_smem_bytes(q.cta, VPT, q.stages, RES));
+  const BwdKernel kernel = backward_kernel<T, WT, RES, VPT, true>(q, p.hidden);
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), q.cta,
+                                         backward_smem_bytes(q.cta, VPT, q.stages, RES));
   const int units = q.cta / q.tpr / 2;
   if (resident <= 0 || 2 * ceil_div(p.chunks, units) > resident) return false;
   *out = q;

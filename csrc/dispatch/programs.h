@@ -25,8 +25,12 @@ constexpr bool exact_group(int tpr, int vpt) {
 constexpr bool exact_cover(int tpr, int vpt, int hidden) { return exact_group(tpr, vpt) && tpr * vpt * 8 == hidden; }
 // The backward's exact groups (backward.cuh, kTpr): the tables' narrow programs, H 256 (t16
 // v2), 512 (t32 v2) and 768 (t32 v3). The same bits as the runtime-width instance.
-constexpr bool exact_bwd_group(int tpr, int vpt) { return (tpr == 16 && vpt == 2) || (tpr == 32 && (vpt == 2 || vpt == 3)); }
-constexpr bool exact_bwd_cover(int tpr, int vpt, int hidden) { return exact_bwd_group(tpr, vpt) && tpr * vpt * 8 == hidden; }
+constexpr bool exact_bwd_group(int tpr, int vpt) {
+  return (tpr == 16 && vpt == 2) || (tpr == 32 && (vpt == 2 || vpt == 3));
+}
+constexpr bool exact_bwd_cover(int tpr, int vpt, int hidden) {
+  return exact_bwd_group(tpr, vpt) && tpr * vpt * 8 == hidden;
+}
 constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
 
