@@ -1,5 +1,5 @@
-"""The program-sweep hook: invalid shapes are refused; on the GPU every valid candidate is
-correct."""
+"""The tuning hooks: invalid shapes are refused; on the GPU every valid candidate is correct,
+and the exact narrow groups have the bits of the runtime-width kernels they stand in for."""
 
 import re
 
