@@ -51,15 +51,15 @@ inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
 
 using BwdKernel = void (*)(BwdParams);
 
-// The instance for a program: the exact group where programs.h lists one (exact_bwd_group;
+// The instance for a program: the exact group where programs.h lists one (exact_group;
 // the same bits, no masks or rest loops), else the runtime-width kernel. Pairs need groups of
 // a warp or more, so only 32-thread exact groups pair.
 template <typename T, typename WT, bool RES, int VPT, bool PAIR>
 BwdKernel backward_kernel(const Program& prog, int hidden) {
-  const bool exact = prog.exact && exact_bwd_cover(prog.tpr, VPT, hidden);
-  if constexpr (exact_bwd_group(32, VPT))
+  const bool exact = prog.exact && exact_cover(prog.tpr, VPT, hidden, true);
+  if constexpr (exact_group(32, VPT, true))
     if (exact && prog.tpr == 32) return rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, 32>;
-  if constexpr (!PAIR && exact_bwd_group(16, VPT))
+  if constexpr (!PAIR && exact_group(16, VPT, true))
     if (exact && prog.tpr == 16) return rmsnorm_bwd_kernel<T, WT, RES, VPT, false, 16>;
   return rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR>;
 }

@@ -18,19 +18,19 @@ constexpr int kNumBwdVpts = sizeof(kBwdVpts) / sizeof(int);
 // widths H 256 (t8 v4, t16 v2), 512 (t16 v4, t32 v2), 768 (t32 v3) and 1024 (t32 v4). Their
 // SASS has no masks, rest loops or runtime shifts: the t16 v4 instance has 560 instructions
 // against the runtime-width one's 784 (456 with the lean row code), the same bits
-// (tests/test_tuning.py).
-constexpr bool exact_group(int tpr, int vpt) {
-  return (tpr == 8 && vpt == 4) || (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
+// (tests/test_tuning.py). The backward (backward.cuh, kTpr) has those of its tables' narrow
+// programs: H 256 (t16 v2), 512 (t32 v2) and 768 (t32 v3).
+constexpr bool exact_group(int tpr, int vpt, bool backward = false) {
+  const bool listed =
+      (tpr == 8 && vpt == 4) || (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
+  return listed && (!backward || (tpr >= 16 && vpt <= 3));
 }
-constexpr bool exact_cover(int tpr, int vpt, int hidden) { return exact_group(tpr, vpt) && tpr * vpt * 8 == hidden; }
-// The backward's exact groups (backward.cuh, kTpr): the tables' narrow programs, H 256 (t16
-// v2), 512 (t32 v2) and 768 (t32 v3). The same bits as the runtime-width instance.
-constexpr bool exact_bwd_group(int tpr, int vpt) {
-  return (tpr == 16 && vpt == 2) || (tpr == 32 && (vpt == 2 || vpt == 3));
+constexpr bool exact_cover(int tpr, int vpt, int hidden, bool backward = false) {
+  return exact_group(tpr, vpt, backward) && tpr * vpt * 8 == hidden;
 }
-constexpr bool exact_bwd_cover(int tpr, int vpt, int hidden) {
-  return exact_bwd_group(tpr, vpt) && tpr * vpt * 8 == hidden;
-}
+static_assert(exact_group(16, 2, true) && exact_group(32, 2, true) && exact_group(32, 3, true) &&
+                  !exact_group(8, 4, true) && !exact_group(16, 4, true) && !exact_group(32, 4, true),
+              "the backward's exact groups: t16 v2, t32 v2, t32 v3");
 constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
 

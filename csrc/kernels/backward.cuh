@@ -70,7 +70,7 @@ __device__ __forceinline__ void pair_barrier(int id, int unit, int count) {
 // The high group leaves its dw products (g * xhat, rounded as always) in its own consumed ring
 // slots; the low group adds them after its own row, the order of the one-group chunk: the
 // same dw bits.
-// kTpr > 0: an exact group of kTpr threads (programs.h, exact_bwd_group) whose VPT vectors a
+// kTpr > 0: an exact group of kTpr threads (programs.h, exact_group) whose VPT vectors a
 // thread cover the row (hidden == kTpr * VPT * 8), as in the forward's exact groups: no masks,
 // no rest loops, a butterfly of log2(kTpr) steps with neither barrier nor scratch, the mean's
 // divisor a constant; BF16 widened by bit operations. The same adds in the same order: the
