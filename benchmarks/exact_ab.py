@@ -1,7 +1,8 @@
 """Paired A/B of the exact narrow groups (compile-time-width kernels, programs.h exact_group)
 against the runtime-width kernels of the same programs, in one build: the tuning hook
-`exact_groups(False)` runs the latter. Both have the same bits (tests/test_tuning.py); this measures what the compile-time width buys, under the benchmark protocol (CUDA graphs,
-cold L2, interleaved replays, CUPTI kernel time).
+`exact_groups(False)` runs the latter. Both have the same bits (tests/test_tuning.py); this
+measures what the compile-time width buys, under the benchmark protocol (CUDA graphs, cold L2,
+interleaved replays, CUPTI kernel time).
 
     python benchmarks/exact_ab.py --hidden 512,768 --tokens 256,4096,65536 --out exact-ab
     python benchmarks/exact_ab.py --hidden 256 --tokens 256,65536 --heads 24   # the per-head view
