@@ -222,7 +222,9 @@ def cake_rmsnorm_train_backward(
     deterministic : bool
         True (default): dw is bitwise identical across calls for a given T, on any GPU and on
         the CPU (the reduction tree is a function of T and the width alone). False may use a
-        faster dw with the same accuracy; it currently runs the deterministic path.
+        faster dw with the same accuracy; it runs the deterministic path, since no faster one
+        was found on the H200 (atomic dw adds measured up to 3.7x slower, at best 1-2 %
+        faster: docs/perf/runs/h200-nondet-atomic.md).
     workspace : torch.Tensor, optional
         Caller-owned buffer of at least :func:`cake_rmsnorm_train_backward_workspace_bytes`
         bytes on x's device, contiguous and 16-byte aligned. With it no memory is allocated
