@@ -223,7 +223,7 @@ def cake_rmsnorm_train_backward(
         True (default): dw is bitwise identical across calls for a given T, on any GPU and on
         the CPU (the reduction tree is a function of T and the width alone). False may use a
         faster dw with the same accuracy; it runs the deterministic path, since no faster one
-        was found on the H200 (atomic dw adds measured up to 3.7x slower, at best 1-2 %
+        was found on the H200 (atomic dw adds measured up to 3.2x slower, at best 1-2 %
         faster: docs/perf/runs/h200-nondet-atomic.md).
     workspace : torch.Tensor, optional
         Caller-owned buffer of at least :func:`cake_rmsnorm_train_backward_workspace_bytes`
