@@ -14,6 +14,7 @@ import json
 import torch
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.run import int_list
 from cake_rmsnorm.bench.timing import capture, measure
 from cake_rmsnorm.tuning import exact_groups
 
@@ -53,8 +54,8 @@ def one(H, T, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hidden", default="256,512,768", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--tokens", default="256,1024,4096,16384,65536", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--hidden", default="256,512,768", type=int_list)
+    p.add_argument("--tokens", default="256,1024,4096,16384,65536", type=int_list)
     p.add_argument("--heads", type=int, default=1, help="rows a token (the per-head view [T, heads, H])")
     p.add_argument("--ops", default="fwd,bwd", type=lambda s: s.split(","))
     p.add_argument("--residual", action="store_true")

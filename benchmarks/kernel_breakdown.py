@@ -12,6 +12,7 @@ import statistics
 import torch
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.run import int_list
 from cake_rmsnorm.bench.timing import MARKER_BYTES, _kernel_events, capture
 
 
@@ -34,8 +35,8 @@ def breakdown(fn, replays):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hidden", default="512,2048,6144", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--tokens", default="256,1024,4096", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--hidden", default="512,2048,6144", type=int_list)
+    p.add_argument("--tokens", default="256,1024,4096", type=int_list)
     p.add_argument("--replays", type=int, default=20)
     args = p.parse_args()
     for H in args.hidden:

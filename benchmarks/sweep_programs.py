@@ -14,6 +14,7 @@ import sys
 import torch
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.run import int_list
 from cake_rmsnorm.bench.timing import capture, measure
 from cake_rmsnorm.tuning import BACKWARD, FORWARD, program_override
 
@@ -83,12 +84,12 @@ def one(direction, H, T, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--direction", choices=["fwd", "bwd"], default="fwd")
-    p.add_argument("--hidden", default="512,2048,6144", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--tokens", default="256,4096,65536", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--ctas-per-sm", default="0", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--stages", default="2,3,4", type=lambda s: [int(v) for v in s.split(",")],
+    p.add_argument("--hidden", default="512,2048,6144", type=int_list)
+    p.add_argument("--tokens", default="256,4096,65536", type=int_list)
+    p.add_argument("--ctas-per-sm", default="0", type=int_list)
+    p.add_argument("--stages", default="2,3,4", type=int_list,
                    help="ring depths to try; 0: the streaming forward (no ring, a group a row)")
-    p.add_argument("--rows", default="1,2,4,8", type=lambda s: [int(v) for v in s.split(",")],
+    p.add_argument("--rows", default="1,2,4,8", type=int_list,
                    help="row groups per CTA to try")
     p.add_argument("--residual", action="store_true", help="forward: the residual route (x + r -> h_new)")
     p.add_argument("--replays", type=int, default=20)

@@ -13,6 +13,7 @@ import json
 import torch
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.run import int_list
 from cake_rmsnorm.bench.ulps import ulp_distance as ulps
 
 
@@ -37,7 +38,7 @@ def edge_stats(H, edge, dtype, wdtype, residual, seeds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hidden", default="512,1536,2048,4096,6144", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--hidden", default="512,1536,2048,4096,6144", type=int_list)
     p.add_argument("--residual", action="store_true", help="the residual route's edges instead of the plain route's")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--max-rows", type=int, default=1 << 17, help="skip edges above this T")

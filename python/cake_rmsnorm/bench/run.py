@@ -179,11 +179,16 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def int_list(s):
+    """argparse type for a comma-separated list of ints ("256,1024")."""
+    return [int(v) for v in s.split(",")]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m cake_rmsnorm bench", description=__doc__)
     p.add_argument("--ops", default="fwd,bwd,step", type=lambda s: s.split(","))
-    p.add_argument("--hidden", default=H_DEFAULT, type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--tokens", default=T_DEFAULT, type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--hidden", default=H_DEFAULT, type=int_list)
+    p.add_argument("--tokens", default=T_DEFAULT, type=int_list)
     p.add_argument("--residual", action="store_true", help="add the residual route at H 6144")
     p.add_argument("--per-head", action="store_true", help="add the [T, 24, 256] per-head view")
     p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
