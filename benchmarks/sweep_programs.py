@@ -29,7 +29,7 @@ def ring_bytes(direction, cta, vpt, stages):
     return stages * cta * (2 * vpt * 16 + 4)
 
 
-def candidates(direction, H, ctas_per_sm, stage_list, rows_list):
+def candidates(direction, H, ctas_per_sm, stage_list, rows_list, group_rows=(1,)):
     nvec = H // 8
     out = []
     tpr = 1
@@ -43,7 +43,8 @@ def candidates(direction, H, ctas_per_sm, stage_list, rows_list):
                         if ring_bytes(direction, cta, vpt, stages) > SMEM_LIMIT:
                             continue
                         for cps in ctas_per_sm:
-                            out.append((tpr, cta, vpt, cps, stages))
+                            for gr in group_rows if stages == 0 else (1,):
+                                out.append((tpr, cta, vpt, cps, stages, gr))
         tpr *= 2
     return out
 
@@ -68,10 +69,12 @@ def one(direction, H, T, args):
             cr.cake_rmsnorm_train_backward(gy, x, w, rstd, dx=dx, dw=dw, workspace=ws)
 
     graphs = {"table": capture(call)}
-    for tpr, cta, vpt, cps, stages in candidates(direction, H, args.ctas_per_sm, args.stages, args.rows):
-        with program_override(key, tpr, cta, vpt, cps, stages):
+    for tpr, cta, vpt, cps, stages, gr in candidates(direction, H, args.ctas_per_sm, args.stages, args.rows,
+                                                     args.group_rows):
+        with program_override(key, tpr, cta, vpt, cps, stages, gr):
             try:
-                graphs[f"t{tpr}x{cta // tpr}_v{vpt}_s{stages}_c{cps}"] = capture(call)
+                name = f"t{tpr}x{cta // tpr}_v{vpt}_s{stages}_c{cps}" + (f"_r{gr}" if gr > 1 else "")
+                graphs[name] = capture(call)
             except RuntimeError as e:  # a shape this width cannot run
                 print(f"skip {tpr},{cta},{vpt},{stages}: {e}", file=sys.stderr)
     res = measure(graphs, args.replays)
@@ -91,6 +94,8 @@ def main():
                    help="ring depths to try; 0: the streaming forward (no ring, a group a row)")
     p.add_argument("--rows", default="1,2,4,8", type=int_list,
                    help="row groups per CTA to try")
+    p.add_argument("--group-rows", default="1", type=int_list,
+                   help="rows a streaming row group takes (stages 0): 1, 4 (exact narrow groups)")
     p.add_argument("--residual", action="store_true", help="forward: the residual route (x + r -> h_new)")
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--top", type=int, default=3)

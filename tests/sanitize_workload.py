@@ -7,11 +7,11 @@ Covers BF16/FP16 activations, BF16/FP32 weights, residual on/off, every register
 (vectors per thread), narrow rows sharing a CTA, wide rows with a second pass, row-strided
 inputs, T = 1, chunk-edge token counts, a capped grid, dw accumulation and dx-only calls, the
 streaming forward's windows on both sides of the ring's (the small T of most widths; H 4096 T
-4096 and up; the widened CTAs of H 256 and 512 at 65536 and 131072 rows; VPT 6 from 2^24
-elements, with each place the kernel loads w; the plain route's wider small-T group at its
-edge; forward only); row pairs (chunks of two rows: T = 3 and 129 at widths of 32-thread
-groups and up, where the pair grid fits in half the resident CTAs); the exact narrow groups of
-both directions."""
+4096 and up; the residual route's large window at H 256 and 512; VPT 6 from 2^24 elements,
+with each place the kernel loads w; the plain route's wider small-T group at its edge; four
+rows a streaming group at H 256, 512 and 1024; forward only); row pairs (chunks of two rows:
+T = 3 and 129 at widths of 32-thread groups and up, where the pair grid fits in half the
+resident CTAs); the exact narrow groups of both directions."""
 
 import torch
 
@@ -62,8 +62,8 @@ def main():
     for T in (1025, 4095, 4096, 4097):  # H 4096: the ring window's last rows, the large streaming window
         for residual in (False, True):
             run(T, 4096, torch.bfloat16, torch.bfloat16, residual)
-    for H, T in ((512, 65535), (512, 65536), (256, 131072)):  # the widened CTAs of the large window, its edge
-        run(T, H, torch.bfloat16, torch.bfloat16, False, backward=False)
+    for H, T in ((512, 32767), (512, 32768), (256, 65535), (256, 65536)):  # the residual route's large window, its edge
+        run(T, H, torch.bfloat16, torch.bfloat16, True, backward=False)
     # VPT 6 streams from 2^24 elements (H 6144 T 2731, H 1536 T 10923), w loaded before the sum
     # (16-bit w) or at use (FP32 w); an FP32 w before the sum on 128-thread groups from 2^26
     # elements (H 4096 T 16385; T 4096/4097 above run 16-bit w before the sum).
@@ -77,13 +77,20 @@ def main():
                  (6144, 513)):
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)
-    # The exact narrow groups (a compile-time width): H 768 t32x8 v3 at every T, H 1024 t32x8 v4
-    # streaming to T 4096 and from 16384, H 256 t8 v4 and H 512 t16 v4 on the residual route, a
-    # partial last CTA each.
+    # The exact narrow groups (a compile-time width): H 768 t32x8 v3 at every T, H 1024 t32 v4
+    # (past T 4096 four rows a group with a 16-bit w, plain route), H 256 t8 v4 and H 512
+    # t16 v4 on the residual route, a partial last CTA each.
     for H, T in ((768, 129), (768, 4097), (768, 16385), (1024, 4097), (1024, 16385), (256, 8191), (512, 4095)):
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, True, backward=False)
             run(T, H, torch.float16, torch.float16 if wdtype == torch.bfloat16 else wdtype, False, backward=False)
+    # Four rows a streaming group (programs.h, streaming_rows): the plain route past the first
+    # window at H 256 (from 8193 rows), 512 and 1024 (from 4097), rows leaving the last CTA's
+    # groups 1..4 rows, 16-bit and FP32 w (the latter one row a group at VPT 4), FP16 activations.
+    for H, T in ((256, 8193), (256, 8195), (512, 4097), (512, 4099), (512, 65537), (1024, 4097), (1024, 4098)):
+        for wdtype in (torch.bfloat16, torch.float32):
+            run(T, H, torch.bfloat16, wdtype, False, backward=False)
+        run(T, H, torch.float16, torch.float16, False, backward=False)
     # The backward's exact groups (H 256 t16 v2 above; H 512 t32 v2, H 768 t32 v3): row pairs
     # at T 3 and 129 (immediate pair barriers), whole chunks at 4097, both routes and weights.
     for H in (512, 768):

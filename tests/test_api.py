@@ -239,11 +239,12 @@ def test_forward_routes_take_their_own_rules():
     """The plain forward aims at 6 vectors a thread where a row splits evenly into them, the
     residual forward at 4 (its ring holds two streams); widths with a 4-vector split share it."""
     def prog(route, H):  # the ring program (streaming windows run its row group with stages 0)
-        return next(n for _, _, n in cr.program_windows(route, H, sm=90)[route] if not n.endswith("_s0"))
+        return next(n for _, _, n in cr.program_windows(route, H, sm=90)[route] if "_s0" not in n)
     assert prog("fwd", 6144) == "general_t128x2_v6_s2" and prog("fwd_residual", 6144) == "general_t256x1_v3_s2"
     assert prog("fwd", 1536) == "general_t32x8_v6_s2" and prog("fwd_residual", 1536) == "general_t64x4_v3_s2"
-    for H in (512, 2048, 4096, 8192):
+    for H in (2048, 4096, 8192):
         assert prog("fwd", H) == prog("fwd_residual", H), H
+    assert prog("fwd_residual", 512) == "general_t16x8_v4_s2"  # the plain route streams every T there
 
 
 def test_forward_windows_stream_around_the_ring():
@@ -259,10 +260,12 @@ def test_forward_windows_stream_around_the_ring():
                                 (1024, 4095, "general_t128x2_v4_s2"), (4095, None, "general_t128x2_v4_s0")]
     assert win("fwd_residual", 4096) == [(0, 512, "general_t128x2_v4_s0"), (512, 4095, "general_t128x2_v4_s2"),
                                          (4095, None, "general_t128x2_v4_s0")]
-    assert win("fwd", 512) == [(0, 4096, "general_t32x8_v2_s0"), (4096, 65535, "general_t16x8_v4_s2"),
-                               (65535, None, "general_t16x16_v4_s0")]
-    assert win("fwd", 256) == [(0, 8192, "general_t8x16_v4_s0"), (8192, 131071, "general_t8x16_v4_s2"),
-                               (131071, None, "general_t8x32_v4_s0")]
+    # Narrow exact rows: past the first streaming window its group takes 4 rows (programs.h,
+    # streaming_rows), in place of the ring; one row group at every T.
+    assert win("fwd", 512) == [(0, 4096, "general_t32x8_v2_s0"), (4096, None, "general_t32x4_v2_s0_r4")]
+    assert win("fwd", 256) == [(0, 8192, "general_t8x16_v4_s0"), (8192, None, "general_t8x16_v4_s0_r4")]
+    assert win("fwd_residual", 512) == [(0, 4096, "general_t16x8_v4_s0"), (4096, 32767, "general_t16x8_v4_s2"),
+                                        (32767, None, "general_t16x8_v4_s0")]
     assert win("fwd", 2048) == [(0, 1024, "general_t128x2_v2_s0"), (1024, 2048, "general_t64x4_v4_s0"),
                                 (2048, 8191, "general_t64x4_v4_s2"), (8191, None, "general_t64x4_v4_s0")]
     assert win("fwd", 6144) == [(0, 512, "general_t256x1_v3_s0"), (512, 2730, "general_t128x2_v6_s2"),
@@ -272,8 +275,7 @@ def test_forward_windows_stream_around_the_ring():
     # H 768: the wider group (an exact warp) at every T, the ring never streaming; H 1024: no wider
     # group, the ring's own exact warp streams the small T.
     assert win("fwd", 768) == [(0, None, "general_t32x8_v3_s0")]
-    assert win("fwd", 1024) == [(0, 4096, "general_t32x8_v4_s0"), (4096, 16383, "general_t32x8_v4_s2"),
-                                (16383, None, "general_t32x8_v4_s0")]
+    assert win("fwd", 1024) == [(0, 4096, "general_t32x8_v4_s0"), (4096, None, "general_t32x4_v4_s0_r4")]
     assert win("fwd", 8192)[0] == (0, 512, "general_t256x1_v4_s0")  # no 512-thread group: not measured
     assert win("fwd_residual", 6144) == [(0, 341, "general_t256x1_v3_s0"), (341, 2730, "general_t256x1_v3_s2"),
                                          (2730, None, "general_t256x1_v3_s0")]

@@ -72,3 +72,23 @@ def test_windows_command_marks_each_edge(capsys):
     with pytest.raises(SystemExit) as e:
         cli(["windows", "--hidden", "100", "--sm", "90"])
     assert e.value.code == 2 and "multiple of 8" in capsys.readouterr().err
+
+
+def test_floor_moves_each_ops_traffic_and_stays_out_of_the_peers():
+    """The traffic floor (peers.make_floor) computes elementwise ops over the op's tensors (fwd
+    reads x and writes y; bwd reads x and g and writes dx), has no residual-route version, and
+    the table reports it in its own columns, never as the best peer."""
+    from cake_rmsnorm.bench.peers import Case, make_floor
+    from cake_rmsnorm.bench.run import markdown
+
+    case = Case(4, 16, device="cpu")
+    ops = make_floor(case)
+    assert torch.equal(ops["fwd"](), -case.x)
+    assert torch.equal(ops["bwd"](), case.x + case.gy)
+    assert make_floor(Case(4, 16, residual=True, device="cpu")) is None
+    row = {"op": "fwd", "H": 16, "T": 4, "residual": False, "per_head": 0, "bytes": 1000,
+           "us": {"cake": 2.0, "tc": 3.0}, "floor_us": 1.0}
+    md = markdown([row], "t")
+    assert "floor us" in md and "| tc | 3.0 | 1.50x |" in md and md.rstrip().endswith("| 1.0 | 1 |")
+    without = {k: v for k, v in row.items() if k != "floor_us"}
+    assert "floor" not in markdown([without], "t")

@@ -16,6 +16,8 @@ from reference import DW_REL_L2, assert_close_unit, make_rows, make_weight, ref_
                                   (FORWARD, 64, 128, 5), (BACKWARD, 64, 512, 2), (BACKWARD, 64, 128, 8),
                                   (FORWARD, 64, 128, 2, 0, -1), (BACKWARD, 64, 128, 2, 0, 0),
                                   (BACKWARD, 64, 128, 2, 0, 9),
+                                  (FORWARD, 32, 128, 2, 0, 0, 2), (FORWARD, 32, 128, 2, 0, 2, 4),  # rows: 1, or 4 streaming
+                                  (BACKWARD, 32, 128, 2, 0, 2, 4),
                                   (FORWARD, 512, 512, 8, 0, 4),  # a 256 KiB ring: over the limit
                                   (2, 64, 128, 2)])
 def test_invalid_programs_refused(args):
@@ -72,8 +74,10 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
     on wide groups below 2^26 elements; before the sum: 16-bit w at VPT 6 and groups of 64+
     threads, an FP32 w there from 2^26 elements, H 4096 T 16385; at use: FP32 w at VPT 6)."""
     route = "fwd_residual" if residual else "fwd"
-    # the ring program: general_t{tpr}x{rows}_v{vpt}_s{stages}, stages > 0
-    name = next(n for _, _, n in cr.program_windows(route, H)[route] if not n.endswith("_s0"))
+    # the ring program: general_t{tpr}x{rows}_v{vpt}_s{stages}, stages > 0; where the plain
+    # route streams at every T (H 256, 512) the residual route's, the group it had
+    names = [n for r in (route, "fwd_residual") for _, _, n in cr.program_windows(r, H)[r]]
+    name = next(n for n in names if "_s0" not in n)
     tpr, rows, vpt, stages = (int(v) for v in re.match(r"general_t(\d+)x(\d+)_v(\d+)_s(\d+)", name).groups())
     x = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     r = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
@@ -123,6 +127,35 @@ def test_exact_narrow_groups_match_the_ring_kernel(H, tpr, vpt, residual, dtype,
 
 def _bits(t):
     return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("H,tpr,vpt", [(256, 8, 4), (256, 16, 2), (512, 16, 4), (512, 32, 2), (768, 32, 3),
+                                       (1024, 32, 4)])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                          (torch.float16, torch.float16)])
+def test_streaming_rows_have_one_rows_bits(H, tpr, vpt, residual, dtype, wdtype, gen):
+    """A streaming group taking 4 rows (programs.h, streaming_rows) writes each row as the
+    one-row kernel does: the same bits at row counts that leave the last CTA's groups with 0..3
+    rows, every CTA size, and where no 4-row instance is compiled (the residual route, an FP32 w
+    at VPT 4) the one-row kernel serves. The rows past T stay unwritten."""
+    w = make_weight(H, wdtype, "cuda", gen)
+    for T in (1, 5, 63, 130, 1027):
+        x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+        r = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+        with program_override(FORWARD, tpr, max(tpr, 32), vpt, stages=0):
+            want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
+        for cta in (32, 128, 256):
+            if cta < tpr:
+                continue
+            y = torch.full((T + 3, H), float("nan"), dtype=dtype, device="cuda")
+            with program_override(FORWARD, tpr, cta, vpt, stages=0, rows=4):
+                got = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r, out=y[:T])
+            assert torch.isnan(y[T:].float()).all(), "a row past T was written"
+            for i, (a, b) in enumerate(zip(got, want)):
+                assert torch.equal(_bits(a), _bits(b)), f"output {i} t{tpr}x{cta // tpr}_v{vpt} T={T}"
 
 
 @pytest.mark.gpu

@@ -222,13 +222,14 @@ unsigned cake_rmsnorm_built_archs(void) {
 }
 
 cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt, int ctas_per_sm,
-                                                int stages) {
+                                                int stages, int rows) {
   if (direction != 0 && direction != 1) return CAKE_ERR_INVALID_ARGUMENT;
   if (tpr == 0) {
     g_override[direction] = cake::Program{};
     return CAKE_OK;
   }
-  const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages};
+  cake::Program p{tpr, cta, vpt, ctas_per_sm, stages};
+  p.rows = rows;
   // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
   if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_override[direction] = p;

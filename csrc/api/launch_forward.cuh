@@ -11,20 +11,39 @@
 
 namespace cake {
 
+// Several rows a group are compiled for the plain route with a 16-bit w, or an FP32 w at up to
+// 3 vectors a thread: 4 rows of x and an FP32 w at VPT 4 spill (24-32 bytes at 128 registers),
+// and the residual route (not measured with several rows) doubles the loads held.
+template <typename WT, bool RES, int VPT>
+constexpr bool rows_instance() {
+  return !RES && (sizeof(WT) == 2 || VPT <= 3);
+}
 // The streaming kernel's exact narrow groups (programs.h, exact_group) take the instance with
-// the constant width; other groups the runtime-width one, with the same bits.
+// the constant width, one row a group or prog.rows (kStreamRows, programs.h) where compiled;
+// other groups the runtime-width one, one row a group: the same bits either way.
+template <typename T, typename WT, bool RES, int VPT, int kTpr, int kRows>
+void launch_exact_rows(const FwdParams& q, const Program& prog, cudaStream_t s) {
+  if constexpr (exact_group(kTpr, VPT) && (kRows == 1 || rows_instance<WT, RES, VPT>())) {
+    const int64_t rows_per_cta = int64_t(prog.cta / kTpr) * kRows;
+    const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, rows_per_cta));
+    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, GroupSync::kWarp, kTpr, kRows>
+        <<<grid, prog.cta, 0, s>>>(q);
+  }
+}
 template <typename T, typename WT, bool RES, int VPT, int kTpr>
-void launch_exact_tpr(const FwdParams& q, const Program& prog, unsigned grid, cudaStream_t s) {
-  if constexpr (exact_group(kTpr, VPT))
-    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, GroupSync::kWarp, kTpr><<<grid, prog.cta, 0, s>>>(q);
+void launch_exact_tpr(const FwdParams& q, const Program& prog, cudaStream_t s) {
+  if (rows_instance<WT, RES, VPT>() && prog.rows == kStreamRows)
+    launch_exact_rows<T, WT, RES, VPT, kTpr, kStreamRows>(q, prog, s);
+  else
+    launch_exact_rows<T, WT, RES, VPT, kTpr, 1>(q, prog, s);
 }
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
-bool launch_exact(const FwdParams& q, const Program& prog, unsigned grid, cudaStream_t s) {
+bool launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
   if (kSync != GroupSync::kWarp || !prog.exact || !exact_cover(prog.tpr, VPT, q.hidden)) return false;
   switch (prog.tpr) {
-    case 8: launch_exact_tpr<T, WT, RES, VPT, 8>(q, prog, grid, s); break;
-    case 16: launch_exact_tpr<T, WT, RES, VPT, 16>(q, prog, grid, s); break;
-    default: launch_exact_tpr<T, WT, RES, VPT, 32>(q, prog, grid, s); break;
+    case 8: launch_exact_tpr<T, WT, RES, VPT, 8>(q, prog, s); break;
+    case 16: launch_exact_tpr<T, WT, RES, VPT, 16>(q, prog, s); break;
+    default: launch_exact_tpr<T, WT, RES, VPT, 32>(q, prog, s); break;
   }
   return true;
 }
@@ -35,7 +54,7 @@ int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s)
   FwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
-  if (prog.stages == 0) {  // streaming: a group a row, every row's group in the grid
+  if (prog.stages == 0) {  // streaming: a group a row (or prog.rows), every row's group in the grid
     const int64_t blocks = ceil_div(p.rows, rpc);
     if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned grid = static_cast<unsigned>(blocks);
@@ -50,7 +69,7 @@ int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s)
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse, kSync><<<grid, prog.cta, 0, s>>>(q);
     else if (!RES && (kWideVpt || wide_group))
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum, kSync><<<grid, prog.cta, 0, s>>>(q);
-    else if (!launch_exact<T, WT, RES, VPT, kSync>(q, prog, grid, s))
+    else if (!launch_exact<T, WT, RES, VPT, kSync>(q, prog, s))
       rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, kSync><<<grid, prog.cta, 0, s>>>(q);
     return static_cast<int>(cudaGetLastError());
   }

@@ -80,6 +80,7 @@ struct Program {
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
   int stages = 1;       // cp.async ring depth, 1..kMaxStages; 0: the streaming forward (no ring)
   bool exact = true;    // an exact group's compile-time-width kernel where one exists (same bits)
+  int rows = 1;  // rows a row group takes in the streaming forward: 1, or kStreamRows (exact groups)
 };
 
 constexpr bool vpt_instantiated(int vpt, bool backward) {
@@ -88,6 +89,12 @@ constexpr bool vpt_instantiated(int vpt, bool backward) {
   for (int v : kBwdVpts) ok = ok || (backward && v == vpt);
   return ok;
 }
+
+// Rows a row group of the streaming forward takes (Program::rows > 1): their loads issued
+// together, then each row's body in turn (forward.cuh, rmsnorm_fwd_stream_kernel). Compiled for
+// the exact narrow groups only; any other group streams one row a group, with the same bits.
+constexpr int kStreamRows = 4;
+constexpr bool stream_rows_valid(int rows) { return rows == 1 || rows == kStreamRows; }
 
 // Whether the kernels can run `p` on a route with (res) or without a residual stream (what a
 // tuning override must satisfy).
@@ -101,7 +108,8 @@ constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
   return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
-         p.stages >= (backward ? 1 : 0) && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0;
+         p.stages >= (backward ? 1 : 0) && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0 &&
+         stream_rows_valid(p.rows) && (p.rows == 1 || (!backward && p.stages == 0));
 }
 
 // The general program's row group: the power-of-two tpr (<= max_tpr) and an
@@ -322,6 +330,34 @@ static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_smal
                   !small_group_everywhere(forward_program(1536), 1536),
               "the wider small-T group at the measured widths; none at H 256 (16 threads), 1024 (an exact warp "
               "ring) or 8192 (512); at every T for H 768");
+
+// Narrow exact rows of the plain forward, whose first streaming window runs an exact group of
+// at most a warp (H 256 t8 v4, 512 t32 v2 (the wider small-T group), 1024 t32 v4): past that
+// window the same group streams kStreamRows rows a group in 128-thread CTAs, in place of the
+// ring and its widened twin. Each thread has its 4 rows' loads in flight at once, where the
+// ring's persistent groups kept one row ahead and one-row streaming CTAs turned over 4x as
+// often. One row group at every T, so these widths have no window edge across which a row's
+// bits move. Measured paired against the tables before (runs/h200-stream-rows.md, H 512 on two
+// GPUs): H 512 T 8192..65536 6.25 -> 6.12, 10.25 -> 9.75, 18.9 -> 18.4, 35.6 -> 34.6 us;
+// H 1024 T 4096..65536 6.25 -> 6.0, 19.5 -> 18.5, 68.1 -> 67.5; the per-head view [T, 24, 256]
+// at T 1024..16384 8.25 -> 7.9, 27.75 -> 27.0, 100.5 -> 100.25, tied at T 65536 (392). H 768
+// (t32 v3, one window) measured no faster with several rows (T 65536 50.5 one row, 51.4 four).
+constexpr Program streaming_rows(Program p) {
+  p.stages = 0;
+  p.rows = kStreamRows;
+  p.cta = p.tpr < kFwdMinCtaThreads ? kFwdMinCtaThreads : p.tpr;
+  return p;
+}
+constexpr bool streams_rows(const Program& first, int hidden) {
+  return first.stages == 0 && first.tpr <= 32 && exact_cover(first.tpr, first.vpt, hidden);
+}
+static_assert(streams_rows(streaming(forward_program(256)), 256) && streams_rows(forward_small_program(512), 512) &&
+                  streams_rows(streaming(forward_program(1024)), 1024) &&
+                  !streams_rows(streaming(forward_program(2048)), 2048) &&
+                  streaming_rows(forward_small_program(512)).cta == 128 &&
+                  program_valid(streaming_rows(forward_small_program(512)), false) &&
+                  program_valid(streaming_rows(streaming(forward_program(256))), false),
+              "several rows a group at H 256, 512 and 1024 only");
 
 constexpr Program backward_program(int hidden) {
   return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);

@@ -2,7 +2,8 @@
 // serves every width with the sweep-fit general program (programs.h): the backward over one
 // window (0, inf), the forward over up to four: on the plain route a wider row group at the
 // smallest T (at every T where programs.h says so: H 768), then the ring program and its
-// streaming twins of one row group (their CTAs may differ). Within a window a row's outputs do
+// streaming twins of one row group (their CTAs may differ), or, for the narrow exact rows
+// (H 256, 512, 1024), the first window's group streaming several rows a group. Within a window a row's outputs do
 // not depend on T; across the wider group's edge y and rstd may move in the last bits
 // (tests/test_determinism.py bounds it); across every other edge they are bitwise identical.
 // sm_100a/103a/107a take the sm_90a choice (nothing was measured there). CUDA-free and
@@ -82,7 +83,13 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
     w[n++] = Window{0, -1, forward_small_program(h)};
   } else {
     if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h)}, lo = group_max;
-    ring_windows(w, n, lo, small, large, stream, ring, wide);
+    const Program first = group_max > 0 ? forward_small_program(h) : stream;
+    if (!res && (group_max > 0 || small > 0) && streams_rows(first, h)) {  // narrow exact rows (programs.h)
+      if (group_max == 0) w[n++] = Window{0, small, stream}, lo = small;
+      w[n++] = Window{lo, -1, streaming_rows(first)};
+    } else {
+      ring_windows(w, n, lo, small, large, stream, ring, wide);
+    }
   }
   for (int i = 0; i < n && i < cap; ++i) out[i] = w[i];
   return n;
@@ -122,9 +129,13 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
                            : backward_program(static_cast<int>(hidden));
 }
 
-// "general_t256x1_v4_s3": threads per row, rows per CTA, vectors per thread, ring stages.
+// "general_t256x1_v4_s3": threads per row, row groups per CTA, vectors per thread, ring
+// stages; "_r4" where a streaming group takes several rows.
 inline void program_name(const Program& p, char* buf, size_t n) {
-  snprintf(buf, n, "general_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
+  if (p.rows > 1)
+    snprintf(buf, n, "general_t%dx%d_v%d_s%d_r%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages, p.rows);
+  else
+    snprintf(buf, n, "general_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
 }
 
 }  // namespace cake

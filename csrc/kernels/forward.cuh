@@ -233,7 +233,11 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // at once; at large T the persistent kernel keeps at most one row a group ahead. The same row
 // body as rmsnorm_fwd_kernel: the same bits for the same (hidden, tpr, VPT).
 // kTpr > 0: the exact narrow group of fwd_row, for the groups programs.h lists (exact_group).
-template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0>
+// kRows > 1: each group takes rows first, first + rpc, ... (kRows of them, the CTA's rows
+// contiguous), all their loads issued before the first row's sum, then each row's body in turn:
+// more bytes in flight a thread and a quarter of the CTAs to schedule (programs.h,
+// streaming_rows). Each row's body is the one-row kernel's, so its bits are too.
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0, int kRows = 1>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     rmsnorm_fwd_stream_kernel(const FwdParams p) {
   __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];
@@ -241,21 +245,29 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
   const RowGroupT<kTpr> rg(p.tpr);
   const int tpr = rg.tpr, lane = rg.lane;
   const int nvec = kTpr > 0 ? kTpr * VPT : p.hidden / kVec;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * rg.rpc + rg.group;
-  const bool valid = row < p.rows;  // the last CTA's empty groups still run group_sum's shuffles
-  const T* x = static_cast<const T*>(p.x) + (valid ? row * p.x_stride : 0);
-  const T* r = RES ? static_cast<const T*>(p.r) + (valid ? row * p.r_stride : 0) : nullptr;
-  uint4 xv[VPT], rv[VPT];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (rg.rpc * kRows) + rg.group;
+  bool valid[kRows];  // the last CTA's empty groups still run group_sum's shuffles
+  uint4 xv[kRows][VPT], rv[kRows][VPT];
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = lane + k * tpr;
-    const bool ok = valid && (kTpr > 0 || v < nvec);
-    xv[k] = ok ? load16(x + v * kVec) : make_uint4(0, 0, 0, 0);
-    if (RES) rv[k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t row = first + i * rg.rpc;
+    valid[i] = row < p.rows;
+    const T* x = static_cast<const T*>(p.x) + (valid[i] ? row * p.x_stride : 0);
+    const T* r = RES ? static_cast<const T*>(p.r) + (valid[i] ? row * p.r_stride : 0) : nullptr;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = lane + k * tpr;
+      const bool ok = valid[i] && (kTpr > 0 || v < nvec);
+      xv[i][k] = ok ? load16(x + v * kVec) : make_uint4(0, 0, 0, 0);
+      if (RES) rv[i][k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
+    }
   }
   StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
-  fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync, kTpr>(p, row, valid, rg, gs, w, [&](int k) { return xv[k]; },
-                                                              [&](int k) { return rv[k]; });
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+    fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync, kTpr>(p, first + i * rg.rpc, valid[i], rg, gs, w,
+                                                                [&](int k) { return xv[i][k]; },
+                                                                [&](int k) { return rv[i][k]; });
 }
 
 }  // namespace cake

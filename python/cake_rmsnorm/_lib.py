@@ -42,15 +42,16 @@ _c.cake_rmsnorm_program_windows.argtypes = [
     ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
 
 _c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
-_c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 6
+_c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 7
 _c.cake_rmsnorm_set_exact_groups.restype = ctypes.c_int
 _c.cake_rmsnorm_set_exact_groups.argtypes = [ctypes.c_int]
 
 ARCH_BITS = {90: 0, 100: 1, 103: 2, 107: 3}
 
 
-def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int, stages: int) -> int:
-    return int(_c.cake_rmsnorm_set_program_override(direction, tpr, cta, vpt, ctas_per_sm, stages))
+def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int, stages: int,
+                         rows: int = 1) -> int:
+    return int(_c.cake_rmsnorm_set_program_override(direction, tpr, cta, vpt, ctas_per_sm, stages, rows))
 
 
 def set_exact_groups(enabled: bool) -> int:

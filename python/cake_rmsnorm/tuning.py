@@ -13,17 +13,19 @@ FORWARD, BACKWARD = 0, 1
 
 
 @contextlib.contextmanager
-def program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int = 0, stages: int = 2):
+def program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int = 0, stages: int = 2,
+                     rows: int = 1):
     """``with program_override(FORWARD, tpr=64, cta=256, vpt=2, stages=3):`` launches in the
     block use that shape (threads a row, threads a CTA, ring vectors a thread, CTAs a SM, ring
-    depth in rows). Raises ValueError for a shape the kernels can never run; a call the shape
-    cannot serve (its ring over the shared-memory limit) fails with the C API's
-    invalid-argument status."""
+    depth in rows; stages 0: the streaming forward, whose row groups take ``rows`` rows each,
+    1 or 4, where an exact narrow group's instance is compiled). Raises ValueError for a shape
+    the kernels can never run; a call the shape cannot serve (its ring over the shared-memory
+    limit) fails with the C API's invalid-argument status."""
     if direction not in (FORWARD, BACKWARD):
         raise ValueError(f"direction must be FORWARD (0) or BACKWARD (1), got {direction!r}")
-    if set_program_override(direction, tpr, cta, vpt, ctas_per_sm, stages) != 0:
-        raise ValueError(
-            f"program (tpr={tpr}, cta={cta}, vpt={vpt}, ctas_per_sm={ctas_per_sm}, stages={stages}) cannot run")
+    if set_program_override(direction, tpr, cta, vpt, ctas_per_sm, stages, rows) != 0:
+        raise ValueError(f"program (tpr={tpr}, cta={cta}, vpt={vpt}, ctas_per_sm={ctas_per_sm}, stages={stages}, "
+                         f"rows={rows}) cannot run")
     try:
         yield
     finally:

@@ -117,13 +117,15 @@ CAKE_API unsigned cake_rmsnorm_built_archs(void);
  * (0 forward, 1 backward) use the given program shape instead of the window table's: tpr
  * threads a row (a power of two), cta threads a CTA (a multiple of tpr and of 32), vpt
  * 16-byte vectors a thread carried through the shared-memory ring (forward 1, 2, 3, 4, 6, 8;
- * backward 1, 2, 3, 4), at most ctas_per_sm CTAs a SM (0: as many as fit) and a ring of
- * `stages` rows (1..8) per row group. tpr = 0 clears the override. A shape the kernels cannot
- * run for a call (its ring over the shared-memory limit) makes that call return
- * CAKE_ERR_INVALID_ARGUMENT. y, rstd and dx bits depend on (tpr, vpt); dw bits on no program
- * parameter. */
+ * backward 1, 2, 3, 4), at most ctas_per_sm CTAs a SM (0: as many as fit), a ring of
+ * `stages` rows (1..8) per row group (forward 0: the streaming kernel, no ring) and `rows`
+ * rows a row group takes in the streaming forward (1, or 4 with stages 0: compiled for the
+ * plain route's exact narrow groups, which the other groups serve one row at a time). tpr = 0
+ * clears the override. A shape the kernels cannot run for a call (its ring over the
+ * shared-memory limit) makes that call return CAKE_ERR_INVALID_ARGUMENT. y, rstd and dx bits
+ * depend on (tpr, vpt); dw bits on no program parameter. */
 CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt,
-                                                         int ctas_per_sm, int stages);
+                                                         int ctas_per_sm, int stages, int rows);
 
 /* Tuning hook (A/B measurements and tests): enabled = 0 makes this thread's CUDA launches run
  * the runtime-width kernels where a program's row group has an exact, compile-time-width

@@ -139,6 +139,29 @@ def make_quack(case):
     return _autograd_ops(case, forward)
 
 
+def make_floor(case):
+    """The traffic floor of a shape: torch's elementwise kernels moving the op's bytes with no
+    reduction (fwd: read x, write y; bwd: read x and g, write dx; step: both). Not a peer: a
+    reference for how near a kernel of the same traffic gets to the copy ceiling at this size.
+    None for the residual route, whose four-stream forward no single elementwise op moves."""
+    if case.residual:
+        return None
+    x, gy = case.x, case.gy
+    y, dx = torch.empty_like(x), torch.empty_like(x)
+
+    def fwd():
+        return torch.neg(x, out=y)
+
+    def bwd():
+        return torch.add(x, gy, out=dx)
+
+    def step():
+        fwd()
+        return bwd()
+
+    return {"fwd": fwd, "bwd": bwd, "step": step}
+
+
 PEERS = {
     "F": ("F.rms_norm", make_torch_fused),
     "tc": ("torch.compile", make_torch_compile),

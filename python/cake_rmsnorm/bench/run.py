@@ -11,12 +11,13 @@ import torch
 
 import cake_rmsnorm as cr
 
-from .peers import PEERS, Case, available_peers, make_cake
+from .peers import PEERS, Case, available_peers, make_cake, make_floor
 from .timing import capture, measure
 
 H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
 T_DEFAULT = [256, 1024, 4096, 16384, 65536]
 COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (read + written bytes)
+FLOOR = "floor"  # the traffic floor's key in a row (peers.make_floor), never a peer
 
 
 def logical_bytes(op, T, H, residual):
@@ -70,6 +71,9 @@ def run_gpu(args, on_row=lambda rows, missing: None):
                 impls[key] = maker(case)
             except Exception as e:  # a peer that cannot run this shape is left out of the row
                 print(f"\npeer {key} failed on {s}: {type(e).__name__}: {e}", file=sys.stderr)
+        floor = make_floor(case) if args.floor else None
+        if floor is not None:
+            impls[FLOOR] = floor
         graphs = {}
         for key, ops in impls.items():
             try:
@@ -77,12 +81,15 @@ def run_gpu(args, on_row=lambda rows, missing: None):
             except Exception as e:
                 print(f"\n{key} could not be captured for {op} {s}: {type(e).__name__}: {e}", file=sys.stderr)
         res = measure(graphs, args.replays)
+        floor_us = res.pop(FLOOR, None)  # a reference, kept out of the peers' columns
         rows_eff = case.rows
         nbytes = logical_bytes(op, rows_eff, s["H"], s["residual"])
         row = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": args.weight,
                "dtype": args.dtype, "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes,
                "us": {k: round(v[0], 3) for k, v in res.items()},
                "event_us": {k: round(v[1], 3) for k, v in res.items()}}
+        if floor_us is not None:
+            row["floor_us"] = round(floor_us[0], 3)
         rows.append(row)
         on_row(rows, missing)
         del graphs, impls, case
@@ -126,9 +133,11 @@ def best_peer(us):
 
 
 def markdown(rows, title):
+    floor = any("floor_us" in r for r in rows)
+    extra = (" floor us | floor GB/s |", "---|---|") if floor else ("", "")
     lines = [f"## {title}", "",
-             "| op | H | T | route | cake us | cake GB/s | % ceiling | best peer | peer us | speedup |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| op | H | T | route | cake us | cake GB/s | % ceiling | best peer | peer us | speedup |" + extra[0],
+             "|---|---|---|---|---|---|---|---|---|---|" + extra[1]]
     for r in rows:
         us = r["us"]["cake"]
         gbs = r["bytes"] / us / 1e3
@@ -139,8 +148,12 @@ def markdown(rows, title):
         if r.get("weight", "bf16") != "bf16":
             route += f", {r['weight']} w"
         peer = f"{k} | {pu:.1f} | {pu / us:.2f}x" if k else "- | - | -"
-        lines.append(f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | "
-                     f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | {peer} |")
+        line = (f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | "
+                f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | {peer} |")
+        if floor:
+            fu = r.get("floor_us")
+            line += f" {fu:.1f} | {r['bytes'] / fu / 1e3:.0f} |" if fu else " - | - |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -196,6 +209,8 @@ def main(argv=None):
                    help="weight dtype: the activation dtype (default) or fp32")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="activation dtype")
     p.add_argument("--mode", default="det", choices=["det", "nondet"])
+    p.add_argument("--floor", action="store_true",
+                   help="also time torch elementwise ops of each op's traffic (row['floor_us']; not a peer)")
     p.add_argument("--replays", default=30, type=int)
     p.add_argument("--out", default="bench", help="output prefix: PREFIX.json, PREFIX.md, PREFIX.png")
     p.add_argument("--quick", action="store_true", help="H 2048, T 1024 and 16384 only")
