@@ -28,6 +28,8 @@ def main():
                 continue
             seen.add(key)
             row = {k: r[k] for k in ("op", "H", "T", "residual", "weight", "per_head", "mode", "us")}
+            if "floor_us" in r:  # the traffic floor (bench --floor), a reference and not a peer
+                row["floor_us"] = r["floor_us"]
             row["run"] = path.rsplit("/", 1)[-1]
             (fwd if r["op"] == "fwd" else bwd).append(row)
     for name, rows in (("forward", fwd), ("backward", bwd)):
