@@ -86,7 +86,7 @@ def main():
             run(T, H, torch.float16, torch.float16 if wdtype == torch.bfloat16 else wdtype, False, backward=False)
     # Four rows a streaming group (programs.h, streaming_rows): the plain route past the first
     # window at H 256 (from 8193 rows), 512 and 1024 (from 4097), rows leaving the last CTA's
-    # groups 1..4 rows, 16-bit and FP32 w (the latter one row a group at VPT 4), FP16 activations.
+    # groups 1..4 rows, 16-bit and FP32 w (the latter the group's ring at VPT 4), FP16 activations.
     for H, T in ((256, 8193), (256, 8195), (512, 4097), (512, 4099), (512, 65537), (1024, 4097), (1024, 4098)):
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)

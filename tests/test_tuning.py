@@ -140,7 +140,7 @@ def test_streaming_rows_have_one_rows_bits(H, tpr, vpt, residual, dtype, wdtype,
     """A streaming group taking 4 rows (programs.h, streaming_rows) writes each row as the
     one-row kernel does: the same bits at row counts that leave the last CTA's groups with 0..3
     rows, every CTA size, and where no 4-row instance is compiled (the residual route, an FP32 w
-    at VPT 4) the one-row kernel serves. The rows past T stay unwritten."""
+    at VPT 4) the ring program of the same group serves. The rows past T stay unwritten."""
     w = make_weight(H, wdtype, "cuda", gen)
     for T in (1, 5, 63, 130, 1027):
         x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()

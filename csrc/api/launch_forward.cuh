@@ -19,8 +19,8 @@ constexpr bool rows_instance() {
   return !RES && (sizeof(WT) == 2 || VPT <= 3);
 }
 // The streaming kernel's exact narrow groups (programs.h, exact_group) take the instance with
-// the constant width, one row a group or prog.rows (kStreamRows, programs.h) where compiled;
-// other groups the runtime-width one, one row a group: the same bits either way.
+// the constant width, one row a group or prog.rows (kStreamRows, programs.h); other groups
+// (and the runtime-width tuning hook) the runtime-width one, one row a group: the same bits.
 template <typename T, typename WT, bool RES, int VPT, int kTpr, int kRows>
 void launch_exact_rows(const FwdParams& q, const Program& prog, cudaStream_t s) {
   if constexpr (exact_group(kTpr, VPT) && (kRows == 1 || rows_instance<WT, RES, VPT>())) {
@@ -48,8 +48,21 @@ bool launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
   return true;
 }
 
+// A program of several rows a group with no instance for them (an FP32 w at VPT 4, the
+// residual route) runs the ring program of its row group instead, with the same bits: with an
+// FP32 w at H 256 and 1024 that ring measured faster than one row a group (H 256 T 16384 6.5
+// vs 7.25 us, H 1024 T 65536 70.0 vs 75.0; runs/h200-stream-rows.md).
+template <typename WT, bool RES, int VPT>
+Program without_rows(Program prog) {
+  if (prog.rows == 1 || rows_instance<WT, RES, VPT>()) return prog;
+  Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr), 256, false);
+  ring.exact = prog.exact;
+  return ring;
+}
+
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
-int launch_forward_sync(const FwdParams& p, const Program& prog, cudaStream_t s) {
+int launch_forward_sync(const FwdParams& p, const Program& table_prog, cudaStream_t s) {
+  const Program prog = without_rows<WT, RES, VPT>(table_prog);
   const int64_t rpc = prog.cta / prog.tpr;
   FwdParams q = p;
   q.tpr = prog.tpr;
