@@ -197,7 +197,8 @@ constexpr Program forward_program(int hidden, bool residual = false) {
 //    H 512: t16x16; runs/h200-sweep-fwd-large.json): H 256 at 393216 rows (the per-head view's
 //    T 16384) 105.0 -> 99.9 us and at 1572864 rows 421.8 -> 389.6, H 512 at 393216 rows 205.0
 //    -> 194.9 and 65536 rows 35.9 -> 35.6; at 2^23..2^24 elements they lost up to 7 % (H 512
-//    T 16384: 10.75 vs 11.5 us) or tied (H 256 T 65536).
+//    T 16384: 10.75 vs 11.5 us) or tied (H 256 T 65536). (The plain route at H 256, 512 and
+//    1024 has streamed four rows a group there since: streaming_rows below.)
 // At VPT 6 (H 768, 1536, 3072, 5120, 6144) the same kernel lost up to 20 % at most T: it held
 // 74-118 registers a thread. Loading w after the thread's sum of squares, or an FP32 w at each
 // use (forward.cuh, WLoad), brings it to 55-72, and from T * H >= 2^24 on the plain route, where
