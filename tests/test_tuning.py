@@ -96,13 +96,20 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
                                b.view(torch.int16) if b.dtype != torch.float32 else b.view(torch.int32)), name
 
 
+# The forward's exact narrow groups (launch_forward.cuh, exact_group) at the widths they cover,
+# and the activation / weight dtypes their instances are compiled for.
+EXACT_NARROW_GROUPS = pytest.mark.parametrize("H,tpr,vpt", [(256, 8, 4), (256, 16, 2), (512, 16, 4), (512, 32, 2),
+                                                         (768, 32, 3), (1024, 32, 4)])
+NARROW_DTYPES = pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16),
+                                                         (torch.bfloat16, torch.float32),
+                                                         (torch.float16, torch.float16)])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H,tpr,vpt", [(256, 8, 4), (256, 16, 2), (512, 16, 4), (512, 32, 2), (768, 32, 3),
-                                       (1024, 32, 4)])
+@EXACT_NARROW_GROUPS
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
-                                          (torch.float16, torch.float16)])
+@NARROW_DTYPES
 def test_exact_narrow_groups_match_the_ring_kernel(H, tpr, vpt, residual, dtype, wdtype, gen):
     """The streaming kernel's exact narrow groups (a compile-time width whose vectors cover the
     row: launch_forward.cuh, exact_group) have the bits of the ring kernel's runtime-width group
@@ -131,11 +138,9 @@ def _bits(t):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H,tpr,vpt", [(256, 8, 4), (256, 16, 2), (512, 16, 4), (512, 32, 2), (768, 32, 3),
-                                       (1024, 32, 4)])
+@EXACT_NARROW_GROUPS
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
-                                          (torch.float16, torch.float16)])
+@NARROW_DTYPES
 def test_streaming_rows_have_one_rows_bits(H, tpr, vpt, residual, dtype, wdtype, gen):
     """A streaming group taking 4 rows (programs.h, streaming_rows) writes each row as the
     one-row kernel does: the same bits at row counts that leave the last CTA's groups with 0..3
