@@ -68,7 +68,10 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     -------
     dict
         ``{route: [(above, at_most, program), ...]}``: the program serving
-        ``above < T <= at_most`` (``at_most`` None: unbounded).
+        ``above < T <= at_most`` (``at_most`` None: unbounded), named
+        ``general_t{threads a row}x{row groups a CTA}_v{vectors a thread}_s{ring stages}``
+        (``s0``: the streaming forward, no ring), with ``_r{rows}`` where a streaming row group
+        takes several rows.
     """
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
