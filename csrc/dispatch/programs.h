@@ -92,7 +92,8 @@ constexpr bool vpt_instantiated(int vpt, bool backward) {
 
 // Rows a row group of the streaming forward takes (Program::rows > 1): their loads issued
 // together, then each row's body in turn (forward.cuh, rmsnorm_fwd_stream_kernel). Compiled for
-// the exact narrow groups only; any other group streams one row a group, with the same bits.
+// the exact narrow groups only; any other group streams one row a group, and a group without a
+// 4-row instance runs its ring program (launch_forward.cuh, without_rows): the same bits.
 constexpr int kStreamRows = 4;
 constexpr bool stream_rows_valid(int rows) { return rows == 1 || rows == kStreamRows; }
 
@@ -342,7 +343,8 @@ static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_smal
 // GPUs): H 512 T 8192..65536 6.25 -> 6.12, 10.25 -> 9.75, 18.9 -> 18.4, 35.6 -> 34.6 us;
 // H 1024 T 4096..65536 6.25 -> 6.0, 19.5 -> 18.5, 68.1 -> 67.5; the per-head view [T, 24, 256]
 // at T 1024..16384 8.25 -> 7.9, 27.75 -> 27.0, 100.5 -> 100.25, tied at T 65536 (392). H 768
-// (t32 v3, one window) measured no faster with several rows (T 65536 50.5 one row, 51.4 four).
+// (t32 v3, one window) measured no faster with several rows (T 65536, 128-thread CTAs: 51.1 us
+// one row, 51.4 four).
 constexpr Program streaming_rows(Program p) {
   p.stages = 0;
   p.rows = kStreamRows;

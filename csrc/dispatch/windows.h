@@ -3,8 +3,9 @@
 // window (0, inf), the forward over up to four: on the plain route a wider row group at the
 // smallest T (at every T where programs.h says so: H 768), then the ring program and its
 // streaming twins of one row group (their CTAs may differ), or, for the narrow exact rows
-// (H 256, 512, 1024), the first window's group streaming several rows a group. Within a window a row's outputs do
-// not depend on T; across the wider group's edge y and rstd may move in the last bits
+// (H 256, 512, 1024), the first window's group streaming several rows a group. Within a
+// window a row's outputs do not depend on T; across the wider group's edge y and rstd may move
+// in the last bits
 // (tests/test_determinism.py bounds it); across every other edge they are bitwise identical.
 // sm_100a/103a/107a take the sm_90a choice (nothing was measured there). CUDA-free and
 // torch-free.

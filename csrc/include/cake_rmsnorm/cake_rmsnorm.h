@@ -120,10 +120,12 @@ CAKE_API unsigned cake_rmsnorm_built_archs(void);
  * backward 1, 2, 3, 4), at most ctas_per_sm CTAs a SM (0: as many as fit), a ring of
  * `stages` rows (1..8) per row group (forward 0: the streaming kernel, no ring) and `rows`
  * rows a row group takes in the streaming forward (1, or 4 with stages 0: compiled for the
- * plain route's exact narrow groups, which the other groups serve one row at a time). tpr = 0
- * clears the override. A shape the kernels cannot run for a call (its ring over the
- * shared-memory limit) makes that call return CAKE_ERR_INVALID_ARGUMENT. y, rstd and dx bits
- * depend on (tpr, vpt); dw bits on no program parameter. */
+ * plain route's exact narrow groups with a 16-bit w or at most 3 vectors a thread; an FP32 w
+ * at 4 vectors and the residual route run the group's ring program instead, other groups one
+ * row a group; the same bits either way). tpr = 0 clears the override. A shape the kernels
+ * cannot run for a call (its ring over the shared-memory limit) makes that call return
+ * CAKE_ERR_INVALID_ARGUMENT. y, rstd and dx bits depend on (tpr, vpt); dw bits on no program
+ * parameter. */
 CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt,
                                                          int ctas_per_sm, int stages, int rows);
 
