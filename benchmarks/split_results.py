@@ -1,7 +1,9 @@
 """Split benchmark runs (python -m cake_rmsnorm bench --out ...) into the forward and backward
 result files of docs/perf: h200-forward.json (op fwd) and h200-backward.json (op bwd, step),
-rows {"op", "H", "T", "residual", "weight", "per_head", "mode", "us": {impl: us}}. Each run is
-one paired measurement; rows keep the run they come from ("run"), and no row mixes runs.
+rows {"op", "H", "T", "residual", "weight", "per_head", "mode", "us": {impl: us}}, each with
+the bench's markdown table (.md) and GB/s plot (.png, where matplotlib imports) beside it.
+Each run is one paired measurement; rows keep the run they come from ("run"), and no row
+mixes runs.
 
     python benchmarks/split_results.py docs/perf/runs/h200-main.json docs/perf/runs/h200-residual-perhead.json \
         --out docs/perf/h200
@@ -10,6 +12,8 @@ one paired measurement; rows keep the run they come from ("run"), and no row mix
 import argparse
 import json
 import math
+
+from cake_rmsnorm.bench.run import logical_bytes, markdown, plot
 
 
 def main():
@@ -35,6 +39,13 @@ def main():
     for name, rows in (("forward", fwd), ("backward", bwd)):
         with open(f"{args.out}-{name}.json", "w") as f:
             json.dump({**meta, "runs": args.runs, "rows": rows}, f, indent=1)
+        # The table and plot take each row's logical bytes (a per-head row has T * heads rows).
+        sized = [dict(r, bytes=logical_bytes(r["op"], r["T"] * (r["per_head"] or 1), r["H"], r["residual"]))
+                 for r in rows]
+        title = f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}; from {', '.join(args.runs)}"
+        with open(f"{args.out}-{name}.md", "w") as f:
+            f.write(markdown(sized, title))
+        plot(sized, f"{args.out}-{name}.png")
         for op in sorted({r["op"] for r in rows}):
             sel = [r for r in rows if r["op"] == op]
             ratios = [min(v for k, v in r["us"].items() if k != "cake") / r["us"]["cake"] for r in sel]
