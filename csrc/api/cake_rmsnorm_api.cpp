@@ -228,8 +228,7 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
     g_override[direction] = cake::Program{};
     return CAKE_OK;
   }
-  cake::Program p{tpr, cta, vpt, ctas_per_sm, stages};
-  p.rows = rows;
+  const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages, /*exact=*/true, rows};
   // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
   if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_override[direction] = p;
