@@ -62,6 +62,32 @@ def test_op_level_autograd(device, gen):
     assert torch.equal(x.grad, dx) and torch.equal(w.grad, dw.to(w.dtype))
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T", [1, 37, 1000])
+def test_dw_in_weight_dtype_from_the_finalize(device, dtype, T, gen):
+    """The autograd dw of a 16-bit weight is the FP32 sum rounded once, by the finalize itself:
+    bitwise the FP32 op's dw cast to w's dtype, and one launch fewer."""
+    H = 264
+    x = make_rows(T, H, dtype, device, 1.0, None, 0, gen).contiguous()
+    g = make_rows(T, H, dtype, device, 1.0, None, 0, gen).contiguous()
+    w = make_weight(H, dtype, device, gen)
+    _, rstd = cr.ops.fwd(x, w, EPS)
+    dx32, dw32 = cr.ops.bwd(g, x, w, rstd, None, True)
+    dx16, dw16 = cr.ops.bwd(g, x, w, rstd, None, True, True)
+    assert dw32.dtype == torch.float32 and dw16.dtype == dtype
+    assert torch.equal(dx16, dx32) and torch.equal(dw16, dw32.to(dtype))
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    cr.cake_rmsnorm(xa, wa, EPS).backward(g)
+    assert torch.equal(wa.grad, dw16) and torch.equal(xa.grad, dx32)
+    # An FP32 weight keeps an FP32 dw either way; the _out op (accumulate) takes an FP32 dw only.
+    w32 = w.float()
+    assert cr.ops.bwd(g, x, w32, rstd, None, True, True)[1].dtype == torch.float32
+    with pytest.raises(RuntimeError, match="dw has the wrong dtype"):
+        cr.ops.bwd_out(g, x, w, rstd, None, True, torch.empty_like(x), torch.empty(H, dtype=dtype, device=device),
+                       None, 0, True)
+
+
 def _samples(device):
     g = torch.Generator().manual_seed(0)
     x = make_rows(16, 64, torch.bfloat16, device, 1.0, None, 0, g).contiguous()
@@ -86,6 +112,9 @@ def test_opcheck(device):
         (o.fwd_residual_out.default, (x.detach(), r.detach(), w.detach(), EPS, e(x.detach()), e(rstd), e(x.detach()))),
         (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, None, True)),
         (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, r.detach(), True)),
+        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, None, True, True)),
+        (o.bwd.default, (x.detach().view(4, 4, 64), x.detach().view(4, 4, 64), w.detach(), rstd.view(4, 4), None,
+                         True, True)),
         (o.bwd_out.default, (x.detach(), x.detach(), w.detach(), rstd, None, True, e(x.detach()),
                              torch.empty(64, device=device), ws)),
     ]

@@ -134,6 +134,11 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden);
   if (st != CAKE_OK) return st;
   if (a->max_ctas < 0) return CAKE_ERR_INVALID_ARGUMENT;
+  if (a->dw_in_w_dtype != 0 && a->dw_in_w_dtype != 1) return CAKE_ERR_INVALID_ARGUMENT;
+  // A 16-bit dw is written once from the FP32 sum: nothing to accumulate into at FP32 precision.
+  const bool dw16 = a->dw_in_w_dtype == 1 && a->w_dtype != CAKE_DTYPE_FP32;
+  if (dw16 && a->accumulate_dw) return CAKE_ERR_INVALID_ARGUMENT;
+  const size_t dw_bytes = static_cast<size_t>(a->hidden) * (dw16 ? 2 : 4);
   const bool want_dw = a->dw != nullptr;
   const bool res = a->g_residual != nullptr;
   if (a->rows > 0) {
@@ -159,6 +164,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   p.dx = a->dx; p.dx_stride = a->dx_row_stride;
   p.partials = want_dw ? static_cast<float*>(a->workspace) : nullptr;
   p.dw = a->dw;
+  p.dw_w_dtype = dw16 ? 1 : 0;
   p.accumulate = a->accumulate_dw != 0;
   p.rows = a->rows;
   p.hidden = static_cast<int>(a->hidden);
@@ -168,7 +174,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
 
   if (a->device == CAKE_DEVICE_CPU) {
     if (a->rows == 0) {
-      if (want_dw && !a->accumulate_dw) std::memset(a->dw, 0, sizeof(float) * a->hidden);
+      if (want_dw && !a->accumulate_dw) std::memset(a->dw, 0, dw_bytes);
       return CAKE_OK;
     }
     with_types(a->x_dtype, a->w_dtype, [&](auto t, auto w) {
@@ -179,7 +185,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
   if (a->rows == 0)
-    return want_dw && !a->accumulate_dw ? cuda_status(cake::zero_floats(a->dw, a->hidden, stream)) : CAKE_OK;
+    return want_dw && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
   if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
       !stride_aligned(a->g_row_stride) || !stride_aligned(a->x_row_stride) ||
       !stride_aligned(a->dx_row_stride) ||

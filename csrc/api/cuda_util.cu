@@ -11,9 +11,8 @@ namespace cake {
 
 const char* cuda_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
-int zero_floats(float* p, int64_t n, void* stream) {
-  return static_cast<int>(
-      cudaMemsetAsync(p, 0, sizeof(float) * n, static_cast<cudaStream_t>(stream)));
+int zero_bytes(void* p, size_t n, void* stream) {
+  return static_cast<int>(cudaMemsetAsync(p, 0, n, static_cast<cudaStream_t>(stream)));
 }
 
 namespace {

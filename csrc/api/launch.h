@@ -15,7 +15,7 @@ int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, i
 int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
                          void* stream);
 const char* cuda_error_string(int code);
-int zero_floats(float* p, int64_t n, void* stream);
+int zero_bytes(void* p, size_t n, void* stream);
 // The current device's architecture as 10 * major + minor (90 for sm_90a; 0 if unknown).
 int device_sm();
 

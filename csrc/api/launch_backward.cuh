@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "../kernels/backward.cuh"
 #include "launch.h"
 #include "occupancy.h"
@@ -21,9 +23,9 @@ inline int finalize_cols(int hidden) {
   return sms > 0 && (hidden + 7) / 8 <= sms ? 8 : 32;
 }
 
-template <int COLS, int LANES>
+template <int COLS, int LANES, typename OutT>
 int launch_finalize_cols(const BwdParams& p, cudaStream_t s) {
-  auto kernel = dw_finalize_kernel<COLS, LANES>;
+  auto kernel = dw_finalize_kernel<COLS, LANES, OutT>;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.hidden, COLS)));
   cfg.blockDim = dim3(COLS * LANES);
@@ -34,19 +36,29 @@ int launch_finalize_cols(const BwdParams& p, cudaStream_t s) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const float* partials = p.partials;
-  if (cudaLaunchKernelEx(&cfg, kernel, partials, p.chunks, p.hidden, p.dw, p.accumulate) == cudaSuccess)
+  OutT* dw = static_cast<OutT*>(p.dw);
+  if (cudaLaunchKernelEx(&cfg, kernel, partials, p.chunks, p.hidden, dw, p.accumulate) == cudaSuccess)
     return 0;
   cudaGetLastError();  // no programmatic launch here (driver or capture): a plain one
-  kernel<<<cfg.gridDim, cfg.blockDim, 0, s>>>(partials, p.chunks, p.hidden, p.dw, p.accumulate);
+  kernel<<<cfg.gridDim, cfg.blockDim, 0, s>>>(partials, p.chunks, p.hidden, dw, p.accumulate);
   return static_cast<int>(cudaGetLastError());
 }
 
 // 128 lanes (from kFinalizeWideChunks chunks) take 8 columns a CTA (1024 threads), whose
 // warps read whole 32-byte sectors of each chunk's row.
-inline int launch_finalize(const BwdParams& p, cudaStream_t s) {
-  if (finalize_lanes(p.chunks) == kFinalizeLanesWide) return launch_finalize_cols<8, kFinalizeLanesWide>(p, s);
-  return finalize_cols(p.hidden) == 8 ? launch_finalize_cols<8, kFinalizeLanes>(p, s)
-                                      : launch_finalize_cols<32, kFinalizeLanes>(p, s);
+template <typename OutT>
+int launch_finalize_as(const BwdParams& p, cudaStream_t s) {
+  if (finalize_lanes(p.chunks) == kFinalizeLanesWide) return launch_finalize_cols<8, kFinalizeLanesWide, OutT>(p, s);
+  return finalize_cols(p.hidden) == 8 ? launch_finalize_cols<8, kFinalizeLanes, OutT>(p, s)
+                                      : launch_finalize_cols<32, kFinalizeLanes, OutT>(p, s);
+}
+
+// dw in FP32, or in a 16-bit weight's own type (dw_w_dtype): the finalize rounds it once.
+template <typename WT>
+int launch_finalize(const BwdParams& p, cudaStream_t s) {
+  if constexpr (!std::is_same<WT, float>::value)
+    if (p.dw_w_dtype) return launch_finalize_as<WT>(p, s);
+  return launch_finalize_as<float>(p, s);
 }
 
 using BwdKernel = void (*)(BwdParams);
@@ -105,7 +117,7 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
   kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
-  return launch_finalize(q, s);
+  return launch_finalize<WT>(q, s);
 }
 
 template <typename T, typename WT, bool RES>

@@ -302,9 +302,11 @@ __device__ __forceinline__ void add_chunk_batches(const float* src, int hidden, 
 // 32 registers a thread (2048 threads an SM) let the finalize's CTAs sit beside the main
 // kernel's while they wait (PDL); a 58-register version could not, and measured 1-3 us slower
 // at T=256.
-template <int COLS, int LANES>
+// OutT: FP32, or the 16-bit weight's own type, so autograd gets dw in w's dtype from this
+// kernel (one rounding of the compensated sum) instead of from a separate cast kernel.
+template <int COLS, int LANES, typename OutT>
 __global__ void __launch_bounds__(COLS * LANES, 2048 / (COLS * LANES))
-    dw_finalize_kernel(const float* __restrict__ partials, int chunks, int hidden, float* __restrict__ dw,
+    dw_finalize_kernel(const float* __restrict__ partials, int chunks, int hidden, OutT* __restrict__ dw,
                        int accumulate) {
   static_assert(LANES >= 32 && LANES % 32 == 0, "whole warps of lanes: at least one warp a column to merge it");
   __shared__ float sums[LANES][COLS + 1], comps[LANES][COLS + 1];  // padded: conflict-free transpose
@@ -338,7 +340,11 @@ __global__ void __launch_bounds__(COLS * LANES, 2048 / (COLS * LANES))
   const int out = blockIdx.x * COLS + w;
   if (l == 0 && out < hidden) {
     const float sum = s + c;
-    dw[out] = accumulate ? dw[out] + sum : sum;
+    if constexpr (std::is_same<OutT, float>::value) {
+      dw[out] = accumulate ? dw[out] + sum : sum;
+    } else {
+      dw[out] = Pair<OutT>::from_float(sum);  // accumulate is FP32-only (the C API refuses it)
+    }
   }
 }
 

@@ -63,8 +63,9 @@ struct BwdParams {
   void* dx;
   int64_t dx_stride;
   float* partials;  // [chunks, hidden] FP32 dw partials
-  float* dw;        // null: skip dw
-  int accumulate;   // dw += sum instead of dw = sum
+  void* dw;         // null: skip dw; FP32, or the weight's type with dw_w_dtype
+  int dw_w_dtype;   // 1: dw is written in w's (16-bit) dtype, rounded once from the FP32 sum
+  int accumulate;   // dw += sum instead of dw = sum (FP32 dw only)
   int64_t rows;
   int hidden;
   int chunks;

@@ -20,6 +20,7 @@ struct Pair<__nv_bfloat16> {
   static __device__ __forceinline__ type from_floats(float a, float b) {
     return __floats2bfloat162_rn(a, b);
   }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float a) { return __float2bfloat16_rn(a); }
 };
 template <>
 struct Pair<__half> {
@@ -28,6 +29,7 @@ struct Pair<__half> {
   static __device__ __forceinline__ type from_floats(float a, float b) {
     return __floats2half2_rn(a, b);
   }
+  static __device__ __forceinline__ __half from_float(float a) { return __float2half_rn(a); }
 };
 
 // Read-only loads go through the non-coherent path; stores are plain.

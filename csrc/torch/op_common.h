@@ -34,27 +34,51 @@ inline void check_same_device(const Tensor& a, const Tensor& b, const char* name
                   name, " must be on the same device as x");
 }
 
-// A [rows, hidden] matrix of x's dtype and device (any strides: see ready_input).
+inline void check_x(const Tensor& x) {
+  STD_TORCH_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) > 0, "x must be [..., hidden] with hidden > 0");
+}
+
+inline int64_t last_dim(const Tensor& t) { return t.size(t.dim() - 1); }
+inline int64_t rows_of(const Tensor& t) {
+  const int64_t h = last_dim(t);
+  return h > 0 ? t.numel() / h : 0;
+}
+
+// A [..., hidden] tensor of x's shape, dtype and device (any strides: see ready_rows).
 inline void check_rows(const Tensor& t, const Tensor& x, const char* name) {
-  STD_TORCH_CHECK(t.dim() == 2, name, " must be 2-D [rows, hidden], got ", t.dim(), " dims");
-  STD_TORCH_CHECK(t.size(0) == x.size(0) && t.size(1) == x.size(1), name,
-                  " must have x's shape [rows, hidden]");
+  bool same = t.dim() == x.dim();
+  for (int64_t i = 0; same && i < x.dim(); ++i) same = t.size(i) == x.size(i);
+  STD_TORCH_CHECK(same, name, " must have x's shape [..., hidden]");
   STD_TORCH_CHECK(t.scalar_type() == x.scalar_type(), name, " must have x's dtype");
   check_same_device(t, x, name);
 }
 
-inline int64_t row_stride(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
-
-// What the kernels read and write in place: a contiguous feature dimension, rows that do not
-// overlap, and (CUDA) a 16-byte aligned base and row stride. Anything else goes through a
-// dense copy, so every layout is served at the op boundary too.
-inline bool kernel_ready(const Tensor& t) {
-  if (t.numel() == 0) return true;
-  if (t.size(1) > 1 && t.stride(1) != 1) return false;
-  if (t.size(0) > 1 && t.stride(0) < t.size(1)) return false;
-  if (!t.is_cuda()) return true;
+// The row stride of a [..., hidden] tensor the kernels can walk as [rows, hidden] in place: a
+// contiguous feature dimension and leading dimensions contiguous with one another (size-1
+// dimensions free), rows that do not overlap and (CUDA) a 16-byte aligned base and row stride.
+// -1 when the tensor must go through a dense copy instead. N-D inputs are read in place, so the
+// Python layer reshapes nothing and autograd records no view.
+inline int64_t kernel_row_stride(const Tensor& t) {
+  const int64_t hidden = last_dim(t);
+  if (t.numel() == 0) return hidden;
+  const int64_t nd = t.dim();
+  if (hidden > 1 && t.stride(nd - 1) != 1) return -1;
+  int64_t rs = -1, inner_stride = 0, inner_size = 0;
+  for (int64_t i = nd - 2; i >= 0; --i) {
+    if (t.size(i) == 1) continue;
+    if (rs < 0) {
+      rs = t.stride(i);
+    } else if (t.stride(i) != inner_stride * inner_size) {
+      return -1;
+    }
+    inner_stride = t.stride(i);
+    inner_size = t.size(i);
+  }
+  if (rs < 0) rs = hidden;  // at most one row
+  if (rs < hidden) return -1;
+  if (!t.is_cuda()) return rs;
   const auto p = reinterpret_cast<uintptr_t>(t.data_ptr());
-  return p % 16 == 0 && (row_stride(t) * static_cast<int64_t>(t.element_size())) % 16 == 0;
+  return p % 16 == 0 && (rs * static_cast<int64_t>(t.element_size())) % 16 == 0 ? rs : -1;
 }
 
 inline Tensor dense_copy(const Tensor& t) {
@@ -64,17 +88,38 @@ inline Tensor dense_copy(const Tensor& t) {
   return c;
 }
 
-inline Tensor ready_input(const Tensor& t) { return kernel_ready(t) ? t : dense_copy(t); }
+inline Tensor new_like(const Tensor& t, ScalarType dtype) {
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  return torch::stable::new_empty(t, sizes, dtype);
+}
+
+// x's leading shape (rstd).
+inline Tensor new_lead(const Tensor& x) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - 1);
+  return torch::stable::new_empty(x, sizes, ScalarType::Float);
+}
+
+// An input the kernels read: the tensor itself, or a dense copy of a layout they cannot walk.
+struct InRows {
+  Tensor t;
+  int64_t stride;
+  explicit InRows(const Tensor& in) : t(in), stride(kernel_row_stride(in)) {
+    if (stride < 0) {
+      t = dense_copy(in);
+      stride = last_dim(in);
+    }
+  }
+};
 
 // A caller output the kernels write directly, or a dense stand-in copied back by finish().
 struct OutSlot {
   Tensor user, buf;
+  int64_t stride;
   bool copy_back;
-  explicit OutSlot(const Tensor& t)
-      : user(t), buf(t), copy_back(!kernel_ready(t)) {
+  explicit OutSlot(const Tensor& t) : user(t), buf(t), stride(kernel_row_stride(t)), copy_back(stride < 0) {
     if (copy_back) {
-      std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-      buf = torch::stable::new_empty(t, sizes, t.scalar_type());
+      buf = new_like(t, t.scalar_type());
+      stride = last_dim(t);
     }
   }
   void finish() {
@@ -88,8 +133,17 @@ inline void check_vec(const Tensor& t, const Tensor& x, int64_t n, ScalarType dt
   check_same_device(t, x, name);
 }
 
+// rstd: FP32 of x's leading shape.
+inline void check_lead(const Tensor& t, const Tensor& x, const char* name) {
+  bool same = t.dim() == x.dim() - 1;
+  for (int64_t i = 0; same && i < t.dim(); ++i) same = t.size(i) == x.size(i);
+  STD_TORCH_CHECK(same, name, " must have x's leading shape");
+  STD_TORCH_CHECK(t.scalar_type() == ScalarType::Float, name, " must be float32");
+  check_same_device(t, x, name);
+}
+
 inline void check_weight(const Tensor& w, const Tensor& x) {
-  STD_TORCH_CHECK(w.dim() == 1 && w.size(0) == x.size(1), "w must be 1-D [hidden]");
+  STD_TORCH_CHECK(w.dim() == 1 && w.size(0) == last_dim(x), "w must be 1-D [hidden]");
   STD_TORCH_CHECK(w.scalar_type() == x.scalar_type() || w.scalar_type() == ScalarType::Float,
                   "w must have x's dtype or be float32");
   check_same_device(w, x, "w");
@@ -102,23 +156,19 @@ inline void raise_status(cake_status_t st, const char* what) {
   STD_TORCH_CHECK(false, msg);
 }
 
-inline Tensor new_empty_like_rows(const Tensor& x, std::vector<int64_t> sizes, ScalarType dtype) {
-  return torch::stable::new_empty(x, sizes, dtype);
-}
-
 inline bool vec_ready(const Tensor& t, bool aligned) {
-  if (t.numel() > 1 && t.stride(0) != 1) return false;
+  if (t.numel() > 1 && !t.is_contiguous()) return false;
   return !aligned || !t.is_cuda() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-// A 1-D caller output (rstd, dw): written directly when contiguous, else through a copy
-// (which starts from the caller's values when the kernel accumulates into them).
+// A 1-D or leading-shape caller output (rstd, dw): written directly when contiguous, else
+// through a copy (which starts from the caller's values when the kernel accumulates into them).
 struct VecSlot {
   Tensor user, buf;
   bool copy_back;
   explicit VecSlot(const Tensor& t, bool preload = false)
       : user(t), buf(t), copy_back(!vec_ready(t, false)) {
-    if (copy_back) buf = preload ? dense_copy(t) : torch::stable::new_empty(t, {t.size(0)}, t.scalar_type());
+    if (copy_back) buf = preload ? dense_copy(t) : new_like(t, t.scalar_type());
   }
   void finish() {
     if (copy_back) torch::stable::copy_(user, buf);
@@ -134,38 +184,38 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
                          const Tensor& rstd_in, const std::optional<Tensor>& h_in, void* stream) {
   check_weight(w_in, x_in);
   check_rows(y_in, x_in, "out");
-  check_vec(rstd_in, x_in, x_in.size(0), ScalarType::Float, "rstd");
+  check_lead(rstd_in, x_in, "rstd");
   if (residual_in) {
     check_rows(*residual_in, x_in, "residual");
     STD_TORCH_CHECK(h_in.has_value(), "residual_out is required with residual");
     check_rows(*h_in, x_in, "residual_out");
   }
-  const Tensor x = ready_input(x_in);
+  const InRows x(x_in);
   const Tensor w = ready_weight(w_in);
-  std::optional<Tensor> residual;
-  if (residual_in) residual = ready_input(*residual_in);
+  std::optional<InRows> residual;
+  if (residual_in) residual.emplace(*residual_in);
   OutSlot y(y_in);
   VecSlot rstd(rstd_in);
   std::optional<OutSlot> h;
   if (h_in && residual_in) h.emplace(*h_in);
 
   cake_rmsnorm_fwd_args a{};
-  a.device = x.is_cuda() ? CAKE_DEVICE_CUDA : CAKE_DEVICE_CPU;
-  a.x_dtype = to_cake_dtype(x, "x");
+  a.device = x_in.is_cuda() ? CAKE_DEVICE_CUDA : CAKE_DEVICE_CPU;
+  a.x_dtype = to_cake_dtype(x_in, "x");
   a.w_dtype = to_cake_dtype(w, "w");
-  a.rows = x.size(0);
-  a.hidden = x.size(1);
-  a.x = x.data_ptr();
-  a.x_row_stride = row_stride(x);
+  a.rows = rows_of(x_in);
+  a.hidden = last_dim(x_in);
+  a.x = x.t.data_ptr();
+  a.x_row_stride = x.stride;
   if (residual) {
-    a.residual = residual->data_ptr();
-    a.residual_row_stride = row_stride(*residual);
+    a.residual = residual->t.data_ptr();
+    a.residual_row_stride = residual->stride;
     a.h_out = h->buf.data_ptr();
-    a.h_row_stride = row_stride(h->buf);
+    a.h_row_stride = h->stride;
   }
   a.w = w.data_ptr();
   a.y = y.buf.data_ptr();
-  a.y_row_stride = row_stride(y.buf);
+  a.y_row_stride = y.stride;
   a.rstd = static_cast<float*>(rstd.buf.data_ptr());
   a.eps = static_cast<float>(eps);
   raise_status(cake_rmsnorm_forward(&a, stream), "forward");
@@ -174,59 +224,68 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
   if (h) h->finish();
 }
 
+// workspace absent with dw: allocated here, at the size the C API asks for.
 inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& w_in,
                           const Tensor& rstd_in, const std::optional<Tensor>& g_residual_in,
                           const Tensor& dx_in, const std::optional<Tensor>& dw_in,
-                          const std::optional<Tensor>& workspace, int64_t max_ctas, bool accumulate,
-                          void* stream) {
-  STD_TORCH_CHECK(x_in.dim() == 2, "x must be 2-D [rows, hidden]");
+                          const std::optional<Tensor>& workspace_in, int64_t max_ctas, bool accumulate,
+                          bool dw_in_w_dtype, void* stream) {
   check_rows(g_in, x_in, "g");
   check_weight(w_in, x_in);
-  check_vec(rstd_in, x_in, x_in.size(0), ScalarType::Float, "rstd");
+  check_lead(rstd_in, x_in, "rstd");
   if (g_residual_in) check_rows(*g_residual_in, x_in, "g_residual");
   check_rows(dx_in, x_in, "dx");
+  const int64_t rows = rows_of(x_in), hidden = last_dim(x_in);
+  const bool dw16 = dw_in_w_dtype && w_in.scalar_type() != ScalarType::Float;
+  std::optional<Tensor> workspace = workspace_in;
   if (dw_in) {
-    check_vec(*dw_in, x_in, x_in.size(1), ScalarType::Float, "dw");
-    STD_TORCH_CHECK(workspace.has_value(), "workspace is required with dw");
-    STD_TORCH_CHECK(workspace->is_contiguous(), "workspace must be contiguous");
-    check_same_device(*workspace, x_in, "workspace");
+    check_vec(*dw_in, x_in, hidden, dw16 ? w_in.scalar_type() : ScalarType::Float, "dw");
+    STD_TORCH_CHECK(!(dw16 && accumulate), "accumulate needs an FP32 dw");
+    if (workspace) {
+      STD_TORCH_CHECK(workspace->is_contiguous(), "workspace must be contiguous");
+      check_same_device(*workspace, x_in, "workspace");
+    } else {
+      const int64_t bytes = static_cast<int64_t>(cake_rmsnorm_backward_workspace_bytes(rows, hidden));
+      workspace = torch::stable::new_empty(x_in, {bytes > 0 ? bytes : 16}, ScalarType::Byte);
+    }
   }
-  const Tensor g = ready_input(g_in);
-  const Tensor x = ready_input(x_in);
+  const InRows g(g_in);
+  const InRows x(x_in);
   const Tensor w = ready_weight(w_in);
   const Tensor rstd = vec_ready(rstd_in, false) ? rstd_in : dense_copy(rstd_in);
-  std::optional<Tensor> g_residual;
-  if (g_residual_in) g_residual = ready_input(*g_residual_in);
+  std::optional<InRows> g_residual;
+  if (g_residual_in) g_residual.emplace(*g_residual_in);
   OutSlot dx(dx_in);
   std::optional<VecSlot> dw;
   if (dw_in) dw.emplace(*dw_in, accumulate);
 
   cake_rmsnorm_bwd_args a{};
-  a.device = x.is_cuda() ? CAKE_DEVICE_CUDA : CAKE_DEVICE_CPU;
-  a.x_dtype = to_cake_dtype(x, "x");
+  a.device = x_in.is_cuda() ? CAKE_DEVICE_CUDA : CAKE_DEVICE_CPU;
+  a.x_dtype = to_cake_dtype(x_in, "x");
   a.w_dtype = to_cake_dtype(w, "w");
-  a.rows = x.size(0);
-  a.hidden = x.size(1);
-  a.g = g.data_ptr();
-  a.g_row_stride = row_stride(g);
-  a.x = x.data_ptr();
-  a.x_row_stride = row_stride(x);
+  a.rows = rows;
+  a.hidden = hidden;
+  a.g = g.t.data_ptr();
+  a.g_row_stride = g.stride;
+  a.x = x.t.data_ptr();
+  a.x_row_stride = x.stride;
   a.w = w.data_ptr();
   a.rstd = static_cast<const float*>(rstd.data_ptr());
   if (g_residual) {
-    a.g_residual = g_residual->data_ptr();
-    a.g_residual_row_stride = row_stride(*g_residual);
+    a.g_residual = g_residual->t.data_ptr();
+    a.g_residual_row_stride = g_residual->stride;
   }
   a.dx = dx.buf.data_ptr();
-  a.dx_row_stride = row_stride(dx.buf);
+  a.dx_row_stride = dx.stride;
   if (dw) {
-    a.dw = static_cast<float*>(dw->buf.data_ptr());
+    a.dw = dw->buf.data_ptr();
     a.workspace = workspace->data_ptr();
     a.workspace_bytes = static_cast<size_t>(workspace->numel()) * workspace->element_size();
   }
   a.deterministic = 1;
   a.max_ctas = static_cast<int>(max_ctas);
   a.accumulate_dw = accumulate ? 1 : 0;
+  a.dw_in_w_dtype = dw16 ? 1 : 0;
   raise_status(cake_rmsnorm_backward(&a, stream), "backward");
   dx.finish();
   if (dw) dw->finish();

@@ -1,6 +1,7 @@
-// Op schemas and the CPU implementations. The functional ops allocate their outputs; the
-// _out ops write caller buffers ([rows, hidden] with a contiguous feature dimension) and
-// return nothing. Layout canonicalisation, N-D handling and user-facing errors live in Python.
+// Op schemas and the CPU implementations. Activations are [..., hidden] of any layout (read in
+// place where the leading dims collapse into rows, else copied once). The functional ops
+// allocate their outputs; the _out ops write caller buffers and return nothing. User-facing
+// errors (argument names, the documented refusals) live in Python.
 #include "ops_impl.h"
 
 namespace {
@@ -26,11 +27,13 @@ STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
   m.def(
       "fwd_residual_out(Tensor x, Tensor residual, Tensor w, float eps, Tensor(a!) y, "
       "Tensor(b!) rstd, Tensor(c!) h_new) -> ()");
+  // dw_in_w_dtype: dw in a 16-bit w's dtype (what autograd returns), else FP32.
   m.def(
-      "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic) "
-      "-> (Tensor, Tensor)");
+      "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic, "
+      "bool dw_in_w_dtype=False) -> (Tensor, Tensor)");
   m.def("bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) -> Tensor");
-  // dw None skips the weight gradient; accumulate adds the sum into dw (main_grad buffers).
+  // dw None skips the weight gradient; accumulate adds the sum into dw (main_grad buffers);
+  // workspace None with dw: the op allocates one.
   m.def(
       "bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic, "
       "Tensor(a!) dx, Tensor(b!)? dw, Tensor(c!)? workspace, int max_ctas=0, bool accumulate=False) -> ()");

@@ -6,61 +6,62 @@
 
 namespace cake_torch {
 
+// Activations are [..., hidden] (the leading dimensions walked as rows in place where their
+// layout allows); rstd has x's leading shape.
 template <typename StreamOf>
 struct Ops {
   static std::tuple<Tensor, Tensor> fwd(Tensor x, Tensor w, double eps) {
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
-    Tensor y = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
-    Tensor rstd = torch::stable::new_empty(x, {x.size(0)}, ScalarType::Float);
+    Tensor y = new_like(x, x.scalar_type());
+    Tensor rstd = new_lead(x);
     forward_into(x, std::nullopt, w, eps, y, rstd, std::nullopt, ctx.stream);
     return {y, rstd};
   }
 
   static std::tuple<Tensor, Tensor, Tensor> fwd_residual(Tensor x, Tensor residual, Tensor w,
                                                          double eps) {
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
-    Tensor y = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
-    Tensor h = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
-    Tensor rstd = torch::stable::new_empty(x, {x.size(0)}, ScalarType::Float);
+    Tensor y = new_like(x, x.scalar_type());
+    Tensor h = new_like(x, x.scalar_type());
+    Tensor rstd = new_lead(x);
     forward_into(x, residual, w, eps, y, rstd, h, ctx.stream);
     return {y, rstd, h};
   }
 
   static void fwd_out(Tensor x, Tensor w, double eps, Tensor y, Tensor rstd) {
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
     forward_into(x, std::nullopt, w, eps, y, rstd, std::nullopt, ctx.stream);
   }
 
   static void fwd_residual_out(Tensor x, Tensor residual, Tensor w, double eps, Tensor y,
                                Tensor rstd, Tensor h) {
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
     forward_into(x, residual, w, eps, y, rstd, h, ctx.stream);
   }
 
+  // dw_in_w_dtype: dw comes back in a 16-bit w's dtype, rounded once by the finalize (autograd).
   static std::tuple<Tensor, Tensor> bwd(Tensor g, Tensor x, Tensor w, Tensor rstd,
-                                        std::optional<Tensor> g_residual, bool deterministic) {
+                                        std::optional<Tensor> g_residual, bool deterministic,
+                                        bool dw_in_w_dtype) {
     (void)deterministic;  // one path so far: the deterministic one serves both modes
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
-    Tensor dx = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
-    Tensor dw = torch::stable::new_empty(x, {x.size(1)}, ScalarType::Float);
-    const int64_t bytes =
-        static_cast<int64_t>(cake_rmsnorm_backward_workspace_bytes(x.size(0), x.size(1)));
-    Tensor ws = torch::stable::new_empty(x, {bytes > 0 ? bytes : 16}, ScalarType::Byte);
-    backward_into(g, x, w, rstd, g_residual, dx, dw, ws, 0, false, ctx.stream);
+    Tensor dx = new_like(x, x.scalar_type());
+    Tensor dw = torch::stable::new_empty(x, {last_dim(x)}, dw_in_w_dtype ? w.scalar_type() : ScalarType::Float);
+    backward_into(g, x, w, rstd, g_residual, dx, dw, std::nullopt, 0, false, dw_in_w_dtype, ctx.stream);
     return {dx, dw};
   }
 
   // dx only: the weight gradient and its work are skipped (a frozen weight).
   static Tensor bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual) {
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
-    Tensor dx = torch::stable::new_empty(x, {x.size(0), x.size(1)}, x.scalar_type());
-    backward_into(g, x, w, rstd, g_residual, dx, std::nullopt, std::nullopt, 0, false, ctx.stream);
+    Tensor dx = new_like(x, x.scalar_type());
+    backward_into(g, x, w, rstd, g_residual, dx, std::nullopt, std::nullopt, 0, false, false, ctx.stream);
     return dx;
   }
 
@@ -68,10 +69,10 @@ struct Ops {
                       bool deterministic, Tensor dx, std::optional<Tensor> dw,
                       std::optional<Tensor> workspace, int64_t max_ctas, bool accumulate) {
     (void)deterministic;
-    STD_TORCH_CHECK(x.dim() == 2, "x must be 2-D [rows, hidden]");
     STD_TORCH_CHECK(max_ctas >= 0, "max_ctas must be >= 0");
+    check_x(x);
     auto ctx = StreamOf::enter(x);
-    backward_into(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate, ctx.stream);
+    backward_into(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate, false, ctx.stream);
   }
 };
 

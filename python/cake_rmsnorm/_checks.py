@@ -5,6 +5,7 @@ value) naming the argument and the rule, raised before anything is written.
 """
 
 import math
+import numbers
 
 import torch
 
@@ -64,8 +65,20 @@ def check_weight(w, x: torch.Tensor) -> torch.Tensor:
     return w
 
 
-def check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+_INF = float("inf")
+
+
+def check_eps(eps):
+    """eps as a float (Python, NumPy or any real scalar; bools refused), finite and >= 0. A
+    symbolic float (torch.compile's dynamic floats) passes through unchecked: the C API
+    refuses a bad value when the graph runs, and checking it here would specialise the graph."""
+    if type(eps) is float:
+        if 0.0 <= eps < _INF:  # False for NaN too
+            return eps
+        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    if isinstance(eps, (torch.SymFloat, torch.SymInt)):
+        return eps
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or type(eps).__name__ == "bool_":
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
     eps = float(eps)
     if not math.isfinite(eps) or eps < 0:
@@ -77,6 +90,28 @@ def check_bool(v, name: str) -> bool:
     if not isinstance(v, bool):
         raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
     return v
+
+
+def check_forward_inputs(x, w, residual) -> None:
+    """The autograd forward's checks: x, w, residual (and the N-D layout rule)."""
+    check_activation(x)
+    check_weight(w, x)
+    if residual is not None:
+        check_like(residual, x, "residual")
+    if x.dim() > 2 and not x.is_contiguous():
+        check_layout(x, "x")
+        if residual is not None:
+            check_layout(residual, "residual")
+    elif residual is not None and residual.dim() > 2 and not residual.is_contiguous():
+        check_layout(residual, "residual")
+
+
+def check_main_grad(main_grad, x) -> None:
+    require_tensor(main_grad, "main_grad")
+    if main_grad.dtype != torch.float32 or tuple(main_grad.shape) != (x.shape[-1],):
+        raise ValueError(f"main_grad must be float32 [{x.shape[-1]}], got {main_grad.dtype} "
+                         f"{tuple(main_grad.shape)}")
+    check_device(main_grad, x, "main_grad")
 
 
 def check_rstd(rstd, x: torch.Tensor, name: str = "rstd") -> torch.Tensor:
@@ -120,18 +155,22 @@ def _aligned_rows(t: torch.Tensor) -> bool:
     return (t.storage_offset() * es) % _ALIGN == 0 and t.data_ptr() % _ALIGN == 0
 
 
+def check_layout(t: torch.Tensor, name: str) -> None:
+    """The N-D rule: a contiguous last dimension and leading dimensions contiguous with one
+    another (2-D inputs of any layout are served, through one copy when needed)."""
+    if t.dim() > 2 and ((t.shape[-1] > 1 and t.stride(-1) != 1) or not _collapsible(t)):
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be viewed as "
+            f"[rows, hidden]: an N-D input needs a contiguous last dimension and leading "
+            f"dimensions contiguous with one another (stride(i) == stride(i+1) * size(i+1))"
+        )
+
+
 def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
     """[..., hidden] -> a [rows, hidden] tensor the kernels accept: a view when the layout
     allows, else a one-time contiguous copy (2-D inputs only; N-D layouts must collapse)."""
-    hidden = t.shape[-1]
-    if t.dim() > 2:
-        if (hidden > 1 and t.stride(-1) != 1) or not _collapsible(t):
-            raise ValueError(
-                f"{name} of shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be viewed as "
-                f"[rows, hidden]: an N-D input needs a contiguous last dimension and leading "
-                f"dimensions contiguous with one another (stride(i) == stride(i+1) * size(i+1))"
-            )
-    t2 = t.reshape(-1, hidden)
+    check_layout(t, name)
+    t2 = t.reshape(-1, t.shape[-1])
     return t2 if _aligned_rows(t2) else t2.contiguous()
 
 

@@ -1,51 +1,76 @@
-"""Autograd wrapper: saves only (x or h_new, w, rstd) for the fused backward."""
+"""The autograd entry point: one torch.autograd.Function over the ops, eager and compiled."""
 
 from typing import Optional
 
 import torch
 
 from . import _checks as C
-from .functional import cake_rmsnorm_train_backward, cake_rmsnorm_train_forward
+from ._lib import ops
 
 __all__ = ["CakeRMSNormFunction", "cake_rmsnorm"]
 
+_fwd = ops.fwd.default
+_fwd_residual = ops.fwd_residual.default
+_bwd = ops.bwd.default
+_bwd_dx = ops.bwd_dx.default
+_bwd_out = ops.bwd_out.default
+
+# The ops' backend kernels, reached below their autograd kernel: the ops carry an autograd
+# formula for direct callers (_registrations.py), and passing through it from inside this
+# Function (where it has nothing to do) costs a Python hop per call (3 us on the CPU path).
+_BELOW = {False: torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
+          True: torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)}
+
+
+def _kernel(op, x, *args):
+    if type(x) is torch.Tensor and not torch.compiler.is_compiling():
+        return op.redispatch(_BELOW[x.is_cuda], x, *args)
+    return op(x, *args)  # traced, or a tensor subclass: the full dispatch
+
+
+def backward_core(ctx, grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
+    """(dx, dw) of one norm: the fused backward and the dw finalize, which writes dw in w's
+    dtype (None when w needs no gradient or main_grad received it in place)."""
+    if grad_y is None:
+        grad_y = torch.zeros_like(xs)
+    if main_grad is not None:
+        dx = torch.empty_like(xs)
+        _bwd_out(grad_y, xs, w, rstd, g_res, True, dx, main_grad, None, 0, True)
+        return dx, None
+    if w_needs_grad:
+        return _bwd(grad_y, xs, w, rstd, g_res, True, True)
+    return _bwd_dx(grad_y, xs, w, rstd, g_res), None
+
 
 class CakeRMSNormFunction(torch.autograd.Function):
-    """``forward(x, w, eps, residual=None, deterministic=True, main_grad=None)``.
+    """``apply(x, w, eps, residual=None, deterministic=True, main_grad=None)``, inputs
+    validated by the caller (:func:`cake_rmsnorm` does).
 
-    Returns ``y`` (no residual) or ``(y, h_new)``. The backward returns dx for x (and the same
-    dx_total for residual, which receives the gradient of both inputs of the add) and dw in
-    w's dtype (accumulated in FP32). A weight that needs no gradient costs no dw work. With
-    ``main_grad`` (an FP32 [H] buffer), dw is added into it and no weight gradient is returned.
+    Returns ``y`` (no residual) or ``(y, h_new)``. The backward is the fused backward kernel
+    and the dw finalize, which writes dw in w's dtype itself (FP32 accumulation, one rounding):
+    two launches. dx goes to x (and, the same tensor, to residual: the gradient of both inputs
+    of the add). A weight that needs no gradient costs no dw work. With ``main_grad`` (an FP32
+    [H] buffer), dw is added into it in place and no weight gradient is returned. Saves only
+    (x or h_new, w, rstd).
     """
 
     @staticmethod
     def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None):
-        ctx.deterministic = deterministic
-        ctx.has_residual = residual is not None
-        ctx.main_grad = main_grad
         if residual is None:
-            y, rstd = cake_rmsnorm_train_forward(x, w, eps)
-            ctx.save_for_backward(x, w, rstd)
+            y, rstd = _kernel(_fwd, x, w, eps)
+            ctx.save_for_backward(x, w, rstd, main_grad)
+            ctx.has_residual = False
             return y
-        y, rstd, h = cake_rmsnorm_train_forward(x, w, eps, residual=residual)
-        ctx.save_for_backward(h, w, rstd)
+        y, rstd, h = _kernel(_fwd_residual, x, residual, w, eps)
+        ctx.save_for_backward(h, w, rstd, main_grad)
+        ctx.has_residual = True
         return y, h
 
     @staticmethod
     def backward(ctx, grad_y, grad_h=None):
-        xs, w, rstd = ctx.saved_tensors
-        grad_y = torch.zeros_like(xs) if grad_y is None else C.collapsible_or_copy(grad_y)
-        g_res = C.collapsible_or_copy(grad_h) if ctx.has_residual and grad_h is not None else None
-        if ctx.main_grad is not None:
-            dx, _ = cake_rmsnorm_train_backward(grad_y, xs, w, rstd, g_residual=g_res, deterministic=ctx.deterministic,
-                                                dw=ctx.main_grad, accumulate=True)
-            dw = None
-        else:
-            dx, dw = cake_rmsnorm_train_backward(grad_y, xs, w, rstd, g_residual=g_res,
-                                                 deterministic=ctx.deterministic, weight_grad=ctx.needs_input_grad[1])
-            if dw is not None and w.dtype != torch.float32:
-                dw = dw.to(w.dtype)
+        xs, w, rstd, main_grad = ctx.saved_tensors
+        g_res = grad_h if ctx.has_residual else None
+        dx, dw = backward_core(ctx, grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])
         return dx, dw, None, (dx if ctx.has_residual else None), None, None
 
 
@@ -66,7 +91,7 @@ def cake_rmsnorm(
     w : torch.Tensor
         ``[H]`` weight, x's dtype or FP32. With ``requires_grad=False`` the backward skips dw.
     eps : float
-        Variance epsilon.
+        Variance epsilon (a Python or NumPy float; symbolic under torch.compile).
     residual : torch.Tensor, optional
         When given, ``h_new = cast(x + residual)`` is normalised and returned too.
     deterministic : bool
@@ -77,15 +102,25 @@ def cake_rmsnorm(
 
     Returns
     -------
-    y, or (y, h_new) with ``residual``. Only (x or h_new, w, rstd) are saved for the backward.
+    y, or (y, h_new) with ``residual``. The backward returns dw in w's dtype, written by the
+    dw finalize itself (no separate cast). Only (x or h_new, w, rstd) are saved.
     """
-    # x, w, eps and residual are validated once, by the forward inside the Function.
-    C.check_bool(deterministic, "deterministic")
+    eps = C.check_eps(eps)
+    C.check_forward_inputs(x, w, residual)
+    if type(deterministic) is not bool:
+        C.check_bool(deterministic, "deterministic")
     if main_grad is not None:
-        C.check_activation(x)
-        C.require_tensor(main_grad, "main_grad")
-        if main_grad.dtype != torch.float32 or tuple(main_grad.shape) != (x.shape[-1],):
-            raise ValueError(f"main_grad must be float32 [{x.shape[-1]}], got {main_grad.dtype} "
-                             f"{tuple(main_grad.shape)}")
-        C.check_device(main_grad, x, "main_grad")
-    return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad)
+        C.check_main_grad(main_grad, x)
+    return apply(x, w, eps, residual, deterministic, main_grad)
+
+
+def apply(x, w, eps, residual, deterministic, main_grad):
+    """CakeRMSNormFunction.apply on validated inputs, or the bare kernel where nothing needs a
+    gradient (no autograd node to build: inference, frozen layers, activation recompute)."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
+                                    or (residual is not None and residual.requires_grad)):
+        return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad)
+    if residual is None:
+        return _kernel(_fwd, x, w, eps)[0]
+    y, _, h = _kernel(_fwd_residual, x, residual, w, eps)
+    return y, h

@@ -73,19 +73,6 @@ def cake_rmsnorm_train_backward_workspace(rows: int, hidden: int, device=None) -
     return torch.zeros(max(n, 16), dtype=torch.uint8, device=dev)
 
 
-def _shaped(t: torch.Tensor, shape) -> torch.Tensor:
-    return t if t.shape == shape else t.view(shape)
-
-
-def _deliver(result: torch.Tensor, out: Optional[torch.Tensor], direct: Optional[torch.Tensor]):
-    """Return the caller's buffer (copying the result in when it was not written directly)."""
-    if out is None:
-        return result
-    if direct is None:
-        out.copy_(result.view(out.shape))
-    return out
-
-
 def _check_out(out, ref: torch.Tensor, shape, dtype, name):
     C.require_tensor(out, name)
     if out.dtype != dtype:
@@ -160,31 +147,23 @@ def cake_rmsnorm_train_forward(
     C.check_no_overlap({"out": out, "rstd": rstd, "residual_out": residual_out},
                        {"x": x, "w": w, "residual": residual})
 
-    x2 = C.as_rows(x, "x")
-    r2 = C.as_rows(residual, "residual") if residual is not None else None
-    w1 = w if w.is_contiguous() else w.contiguous()
+    C.check_layout(x, "x")
+    if residual is not None:
+        C.check_layout(residual, "residual")
+    # The ops read N-D inputs in place (or through one copy) and write caller buffers of any
+    # layout directly or through a copy back.
     if out is None and rstd is None and residual_out is None:
-        if r2 is None:
-            y2, s = ops.fwd(x2, w1, eps)
-            return _shaped(y2, x.shape), _shaped(s, lead)
-        y2, s, h2 = ops.fwd_residual(x2, r2, w1, eps)
-        return _shaped(y2, x.shape), _shaped(s, lead), _shaped(h2, x.shape)
-
-    y_d = C.writable_rows(out) if out is not None else None
-    s_d = rstd.view(-1) if rstd is not None and rstd.is_contiguous() else None
-    h_d = C.writable_rows(residual_out) if residual_out is not None else None
-    y2 = y_d if y_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
-    s1 = s_d if s_d is not None else x2.new_empty(x2.shape[:1], dtype=torch.float32)
-    if r2 is None:
-        ops.fwd_out(x2, w1, eps, y2, s1)
-    else:
-        h2 = h_d if h_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
-        ops.fwd_residual_out(x2, r2, w1, eps, y2, s1, h2)
-    y = _deliver(y2.view(x.shape), out, y_d)
-    s = _deliver(s1.view(lead), rstd, s_d)
-    if r2 is None:
+        if residual is None:
+            return ops.fwd(x, w, eps)
+        return ops.fwd_residual(x, residual, w, eps)
+    y = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
+    s = rstd if rstd is not None else x.new_empty(lead, dtype=torch.float32)
+    if residual is None:
+        ops.fwd_out(x, w, eps, y, s)
         return y, s
-    return y, s, _deliver(h2.view(x.shape), residual_out, h_d)
+    h = residual_out if residual_out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
+    ops.fwd_residual_out(x, residual, w, eps, y, s, h)
+    return y, s, h
 
 
 def cake_rmsnorm_train_backward(
@@ -255,7 +234,7 @@ def cake_rmsnorm_train_backward(
     if g_residual is not None:
         C.check_like(g_residual, x, "g_residual")
     hidden = x.shape[-1]
-    rows = x.numel() // hidden
+    rows = x.numel() // hidden if hidden else 0
     if dx is not None:
         _check_out(dx, x, x.shape, x.dtype, "dx")
     if dw is not None:
@@ -263,48 +242,38 @@ def cake_rmsnorm_train_backward(
     if workspace is not None:
         C.require_tensor(workspace, "workspace")
         C.check_device(workspace, x, "workspace")
-        need = workspace_bytes(rows, hidden)
-        have = workspace.numel() * workspace.element_size()
-        if have < need:
-            raise ValueError(
-                f"workspace too small: {rows} rows of hidden {hidden} need {need} bytes, got {have} "
-                f"(cake_rmsnorm_train_backward_workspace_bytes)")
         if not workspace.is_contiguous():
             raise ValueError("workspace must be contiguous")
-        if not C._fake(workspace) and workspace.data_ptr() % 16:
-            raise ValueError("workspace must be 16-byte aligned")
+        if not C._fake(workspace):
+            # Sizes and pointers exist in eager only; under torch.compile the C API checks
+            # them when the graph runs (and no ctypes call breaks the graph).
+            need = workspace_bytes(rows, hidden)
+            have = workspace.numel() * workspace.element_size()
+            if have < need:
+                raise ValueError(
+                    f"workspace too small: {rows} rows of hidden {hidden} need {need} bytes, got {have} "
+                    f"(cake_rmsnorm_train_backward_workspace_bytes)")
+            if workspace.data_ptr() % 16:
+                raise ValueError("workspace must be 16-byte aligned")
     C.check_no_overlap({"dx": dx, "dw": dw, "workspace": workspace},
                        {"g": g, "x": x, "w": w, "rstd": rstd, "g_residual": g_residual})
+    for t, name in ((g, "g"), (x, "x"), (g_residual, "g_residual")):
+        if t is not None:
+            C.check_layout(t, name)
 
-    g2 = C.as_rows(g, "g")
-    x2 = C.as_rows(x, "x")
-    gr2 = C.as_rows(g_residual, "g_residual") if g_residual is not None else None
-    w1 = w if w.is_contiguous() else w.contiguous()
-    s1 = rstd.reshape(-1)
-    s1 = s1 if s1.is_contiguous() else s1.contiguous()
+    # The ops read N-D inputs in place (or through one copy), write caller buffers of any
+    # layout (directly or through a copy back) and allocate the workspace when none is given.
     if not weight_grad and dx is None:
-        return _shaped(ops.bwd_dx(g2, x2, w1, s1, gr2), x.shape), None
+        return ops.bwd_dx(g, x, w, rstd, g_residual), None
     if dx is None and dw is None and workspace is None:
-        dx2, dw1 = ops.bwd(g2, x2, w1, s1, gr2, deterministic)
-        return _shaped(dx2, x.shape), dw1
-
-    dx_d = C.writable_rows(dx) if dx is not None else None
-    dw_d = dw if dw is not None and dw.is_contiguous() and (C._fake(dw) or dw.data_ptr() % 16 == 0) else None
-    dx2 = dx_d if dx_d is not None else torch.empty_like(x2, memory_format=torch.contiguous_format)
+        return ops.bwd(g, x, w, rstd, g_residual, deterministic)
+    dx1 = dx if dx is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
     if not weight_grad:
-        ops.bwd_out(g2, x2, w1, s1, gr2, deterministic, dx2, None, None)
-        return _deliver(dx2.view(x.shape), dx, dx_d), None
-    if dw_d is not None:
-        dw1 = dw_d
-    elif accumulate:
-        dw1 = dw.contiguous().clone()  # the kernel adds into a dense copy, delivered back
-    else:
-        dw1 = x2.new_empty((hidden,), dtype=torch.float32)
-    ws = workspace
-    if ws is None:
-        ws = x2.new_empty((max(workspace_bytes(rows, hidden), 16),), dtype=torch.uint8)
-    ops.bwd_out(g2, x2, w1, s1, gr2, deterministic, dx2, dw1, ws, 0, accumulate)
-    return _deliver(dx2.view(x.shape), dx, dx_d), _deliver(dw1, dw, dw_d)
+        ops.bwd_out(g, x, w, rstd, g_residual, deterministic, dx1, None, None)
+        return dx1, None
+    dw1 = dw if dw is not None else x.new_empty((hidden,), dtype=torch.float32)
+    ops.bwd_out(g, x, w, rstd, g_residual, deterministic, dx1, dw1, workspace, 0, accumulate)
+    return dx1, dw1
 
 
 def saturating_workspace_rows(hidden: int) -> int:

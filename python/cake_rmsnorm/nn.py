@@ -7,8 +7,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
-from ._checks import ACT_DTYPES, collapsible_or_copy
-from .autograd import cake_rmsnorm
+from ._checks import ACT_DTYPES, check_eps
+from .autograd import apply
 
 __all__ = ["RMSNorm", "patch", "unpatch", "patched", "PatchReport"]
 
@@ -61,6 +61,15 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(hidden_size, device=device, dtype=dtype))
         self.reset_parameters()
 
+    @property
+    def eps(self) -> Optional[float]:
+        return self._eps
+
+    @eps.setter
+    def eps(self, value):
+        # Checked once here, so neither the kernels' path nor the fallback checks it per call.
+        self._eps = None if value is None else check_eps(value)
+
     def reset_parameters(self):
         with torch.no_grad():
             self.weight.fill_(0.0 if self.zero_centered else 1.0)
@@ -97,14 +106,12 @@ class RMSNorm(nn.Module):
                 or (residual is not None and residual.dtype != x.dtype)):
             return self._eager(x, residual)
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
-        # A drop-in takes any layout: N-D views whose rows do not collapse are copied once.
-        x = collapsible_or_copy(x)
-        residual = collapsible_or_copy(residual) if residual is not None else None
         main_grad = None
         if self.accumulate_main_grad and self.weight.requires_grad:
             main_grad = getattr(self.weight, "main_grad", None)
-        return cake_rmsnorm(x, self._effective_weight(x.dtype), eps, residual=residual,
-                            deterministic=self.deterministic, main_grad=main_grad)
+        # The ops take any layout (N-D views whose rows do not collapse are copied once) and
+        # check shapes; the module's eps was checked when it was set.
+        return apply(x, self._effective_weight(x.dtype), eps, residual, self.deterministic, main_grad)
 
 
 # Hugging Face norm classes by name -> zero-centred (Gemma's 1 + w).

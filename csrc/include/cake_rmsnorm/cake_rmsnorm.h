@@ -75,12 +75,15 @@ typedef struct {
   int64_t g_residual_row_stride;
   void* dx;
   int64_t dx_row_stride;
-  float* dw;        /* [hidden], contiguous; NULL skips the weight gradient and its work */
+  void* dw;         /* [hidden], contiguous, FP32 (or w_dtype with dw_in_w_dtype); NULL skips the
+                       weight gradient and its work */
   void* workspace;  /* cake_rmsnorm_backward_workspace_bytes(rows, hidden) bytes, any content */
   size_t workspace_bytes;
   int deterministic; /* 1: reproducible dw bits (the only path built so far) */
   int max_ctas;      /* 0: the library's choice; > 0 caps the CUDA grid (dw bits do not change) */
-  int accumulate_dw; /* 1: dw += the sum (one rounding of the compensated sum into dw) */
+  int accumulate_dw; /* 1: dw += the sum (one rounding of the compensated sum into dw); FP32 dw only */
+  int dw_in_w_dtype; /* 1: dw is of w_dtype, the FP32 sum rounded once by the finalize (what autograd
+                        hands back for a 16-bit weight, with no separate cast); 0: FP32 dw */
 } cake_rmsnorm_bwd_args;
 
 /* A token-count window (above, at_most] of a route and the program serving it. */

@@ -3,8 +3,8 @@
 // stream and autograd-free training code all work as from Python. Link the library
 // (cake_rmsnorm.get_library_path()) so its ops register when it loads.
 //
-// Inputs are 2-D [rows, hidden] (any strides; the ops copy what the kernels cannot read in
-// place); y/h_new/dx take x's dtype, rstd and dw are FP32.
+// Inputs are [..., hidden] (any strides; the ops copy what the kernels cannot read in place);
+// y/h_new/dx take x's dtype, rstd (x's leading shape) and dw are FP32.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -40,15 +40,16 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(const at:
   return h.call(x, residual, w, eps);
 }
 
-// (dx, dw); g_residual, when given, is added into dx.
+// (dx, dw); g_residual, when given, is added into dx. dw is FP32, or in w's dtype with
+// dw_in_w_dtype (rounded once from the FP32 sum by the finalize).
 inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
                                                    const at::Tensor& rstd,
                                                    const std::optional<at::Tensor>& g_residual = std::nullopt,
-                                                   bool deterministic = true) {
+                                                   bool deterministic = true, bool dw_in_w_dtype = false) {
   static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-      const std::optional<at::Tensor>&, bool)>("cake_rmsnorm::bwd");
-  return h.call(g, x, w, rstd, g_residual, deterministic);
+      const std::optional<at::Tensor>&, bool, bool)>("cake_rmsnorm::bwd");
+  return h.call(g, x, w, rstd, g_residual, deterministic, dw_in_w_dtype);
 }
 
 // Writes dx and dw into caller buffers with a caller workspace of at least

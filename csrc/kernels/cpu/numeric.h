@@ -69,6 +69,7 @@ struct FP16 {
 struct F32 {
   float v;
   static float to_float(F32 x) { return x.v; }
+  static F32 from_float(float f) { return F32{f}; }
 };
 
 }  // namespace cpu

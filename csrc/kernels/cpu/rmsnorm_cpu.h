@@ -112,7 +112,12 @@ void backward(const BwdParams& p) {
       }
     }
     const float sum = s[0] + c[0];
-    p.dw[i] = p.accumulate ? p.dw[i] + sum : sum;
+    if (p.dw_w_dtype) {
+      static_cast<W*>(p.dw)[i] = W::from_float(sum);
+    } else {
+      float* dw = static_cast<float*>(p.dw);
+      dw[i] = p.accumulate ? dw[i] + sum : sum;
+    }
   }
 }
 

@@ -197,11 +197,37 @@ def int_list(s):
     return [int(v) for v in s.split(",")]
 
 
+def _host_main(args):
+    from .host import host_markdown, run_host
+    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    rows, skipped = [], {}
+    for H in args.hidden or [4096]:
+        for T in args.tokens or [8]:
+            r, skipped = run_host(T, H, table[args.dtype], table[args.weight], dev, calls=args.calls)
+            rows += r
+    where = torch.cuda.get_device_name() if dev == "cuda" else "CPU path (no CUDA device)"
+    meta = {"device": where, "torch": torch.__version__, "cake_rmsnorm": cr.__version__,
+            "timing": "host wall clock per call, eager, median of 5 loops", "skipped": skipped}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(dict(meta, rows=rows), f, indent=1)
+    md = host_markdown(rows, f"{where}, torch {torch.__version__}")
+    md += "".join(f"\n- {a} skipped: {why}" for a, why in skipped.items())
+    with open(args.out + ".md", "w") as f:
+        f.write(md + "\n")
+    print(md)
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m cake_rmsnorm bench", description=__doc__)
     p.add_argument("--ops", default="fwd,bwd,step", type=lambda s: s.split(","))
-    p.add_argument("--hidden", default=H_DEFAULT, type=int_list)
-    p.add_argument("--tokens", default=T_DEFAULT, type=int_list)
+    p.add_argument("--hidden", default=None, type=int_list, help=f"widths (default {H_DEFAULT}; --host: 4096)")
+    p.add_argument("--tokens", default=None, type=int_list, help=f"token counts (default {T_DEFAULT}; --host: 8)")
+    p.add_argument("--host", action="store_true",
+                   help="host cost instead: wall-clock us a call (fwd, fwd with grad, fwd + bwd), eager, every arm")
+    p.add_argument("--calls", default=300, type=int, help="--host: calls a timed loop")
     p.add_argument("--residual", action="store_true", help="add the residual route at H 6144")
     p.add_argument("--per-head", action="store_true", help="add the [T, 24, 256] per-head view")
     p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
@@ -219,6 +245,10 @@ def main(argv=None):
         args.weight = args.dtype
     if args.weight not in (args.dtype, "fp32"):
         p.error(f"--weight {args.weight}: the weight is the activation dtype ({args.dtype}) or fp32")
+    if args.host:
+        return _host_main(args)
+    args.hidden = args.hidden or H_DEFAULT
+    args.tokens = args.tokens or T_DEFAULT
     if args.quick:
         args.hidden, args.tokens = [2048], [1024, 16384]
     gpu = torch.cuda.is_available()

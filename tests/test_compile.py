@@ -1,0 +1,154 @@
+"""Every entry point under torch.compile(fullgraph=True, dynamic=True): no graph break, at most
+one recompile across token counts, and the compiled results equal the eager ones bitwise (the
+same kernels run). eps is passed as a Python float, as an argument and as a module attribute,
+the way models call a norm (torch's default specialize_float=False makes it symbolic)."""
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import cake_rmsnorm as cr
+from conftest import devices
+from reference import make_rows, make_weight
+
+SIZES = (5, 17, 64)  # token counts through one dynamic graph
+H = 64
+
+
+def _compile_and_check(fn, make_inputs, device, backward=True, dynamic=True):
+    """Runs fn eagerly and compiled over SIZES; asserts no graph break, <= 1 recompile and equal
+    results (outputs and the inputs' gradients)."""
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic)
+    for t in SIZES:
+        args = make_inputs(t)
+        eager_args = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+                      for a in args]
+        out, ref = compiled(*args), fn(*eager_args)
+        outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
+        for o, r in zip(outs, refs):
+            assert torch.equal(o, r)
+        if backward:
+            sum(o.float().sum() for o in outs).backward()
+            sum(r.float().sum() for r in refs).backward()
+            for a, b in zip(args, eager_args):
+                if isinstance(a, torch.Tensor) and a.requires_grad:
+                    assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    frames = counters["stats"]["unique_graphs"]
+    assert frames <= 2, f"{frames} graphs for {len(SIZES)} token counts"
+
+
+def _rows(t, device, gen, grad=True):
+    return make_rows(t, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous().requires_grad_(grad)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("residual", [False, True])
+def test_functional_eps_argument(device, residual, gen):
+    w = make_weight(H, torch.bfloat16, device, gen).requires_grad_()
+
+    def fn(x, r, eps):
+        return cr.cake_rmsnorm(x, w, eps, residual=r if residual else None)
+
+    _compile_and_check(fn, lambda t: (_rows(t, device, gen), _rows(t, device, gen), 1e-5), device)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("eps", [1e-6, None])
+def test_default_module(device, eps, gen):
+    """The default RMSNorm(H) (eps a float attribute, or None: finfo(x.dtype).eps)."""
+    m = cr.RMSNorm(H, eps=eps).to(device, torch.bfloat16)
+    _compile_and_check(m, lambda t: (_rows(t, device, gen),), device)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_module_residual_frozen_and_3d(device, gen):
+    m = cr.RMSNorm(H).to(device, torch.bfloat16)
+    m.weight.requires_grad_(False)
+
+    def make(t):
+        x = make_rows(2 * t, H, torch.bfloat16, device, 1.0, None, 0, gen).view(2, t, H).requires_grad_()
+        return x, torch.randn_like(x).requires_grad_()
+
+    _compile_and_check(m, make, device)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_main_grad_accumulation(device, gen):
+    m = cr.RMSNorm(H, accumulate_main_grad=True).to(device, torch.bfloat16)
+    m.weight.main_grad = torch.zeros(H, device=device)
+    x = _rows(9, device, gen)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(m, fullgraph=True, dynamic=True)
+    compiled(x).float().sum().backward()
+    got = m.weight.main_grad.clone()
+    m.weight.main_grad.zero_()
+    m(x.detach().requires_grad_()).float().sum().backward()
+    assert torch.equal(got, m.weight.main_grad) and m.weight.grad is None
+    assert sum(counters["graph_break"].values()) == 0
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("weight_grad", [True, False])
+def test_backward_with_caller_buffers(device, weight_grad, gen):
+    """The functional backward with workspace, dx and dw (or dx alone) traces too."""
+    w = make_weight(H, torch.bfloat16, device, gen)
+    ws = cr.cake_rmsnorm_train_backward_workspace(max(SIZES), H, device)
+
+    def fn(x, g, eps):
+        y, rstd = cr.cake_rmsnorm_train_forward(x, w, eps)
+        dx = torch.empty_like(x)
+        if not weight_grad:
+            return y, cr.cake_rmsnorm_train_backward(g, x, w, rstd, dx=dx, weight_grad=False)[0]
+        dw = torch.empty(H, device=x.device)
+        return (y,) + cr.cake_rmsnorm_train_backward(g, x, w, rstd, workspace=ws, dx=dx, dw=dw)
+
+    _compile_and_check(fn, lambda t: (_rows(t, device, gen, False), _rows(t, device, gen, False), 1e-6),
+                       device, backward=False)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_under_autocast(device, gen):
+    """16-bit activations under autocast keep the kernels' path and trace the same."""
+    m = cr.RMSNorm(H).to(device, torch.bfloat16)
+    lin = torch.nn.Linear(H, H).to(device)
+
+    def fn(x):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            return m(lin(x))
+
+    _compile_and_check(fn, lambda t: (torch.randn(t, H, device=device, generator=None).requires_grad_(),),
+                       device)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("amp", [False, True])
+def test_patched_transformers_model(family, amp):
+    """A patched model (eps a module attribute) under fullgraph + dynamic, BF16 parameters or
+    FP32 parameters under autocast, over three sequence lengths."""
+    transformers = pytest.importorskip("transformers")
+    cfg_cls, model_cls, extra = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+                                 "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16})}[family]
+    cfg = getattr(transformers, cfg_cls)(vocab_size=128, hidden_size=H, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                         **extra)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(cfg)
+    if not amp:
+        model = model.to(torch.bfloat16)
+    report = cr.patch(model)
+    assert report.replaced
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for t in (8, 24, 40):
+        ids = torch.randint(0, 128, (2, t), generator=torch.Generator().manual_seed(t))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = compiled(ids, labels=ids).loss
+        loss.backward()
+        assert torch.isfinite(loss)
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] <= 2
