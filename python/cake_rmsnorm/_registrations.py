@@ -1,10 +1,16 @@
-"""Fake (meta) kernels of the C++ ops, so they trace under torch.compile and export, and their
-autograd formula for direct op callers (the backward of ``CakeRMSNormFunction``)."""
+"""Fake (meta) kernels of the C++ ops, so they trace under torch.compile and export.
+
+The ops carry no autograd formula: differentiation is ``CakeRMSNormFunction`` (autograd.py),
+the one mechanism that eager calls and torch.compile both go through. A formula registered on
+the ops (torch.library.register_autograd) puts a Python hop into every call of them, with or
+without grad, compiled graphs included: 8.5 us a call on the H200's host (27.2 vs 18.7 us for
+the forward op, docs/perf/h200-host.md). Backpropagating through a bare op gets torch's
+"no autograd kernel" warning and no gradient; ``cake_rmsnorm`` is the differentiable call.
+"""
 
 import torch
 
 from ._lib import ops  # noqa: F401  (loads the library that defines the ops)
-from .autograd import backward_core
 
 _NS = "cake_rmsnorm"
 
@@ -43,33 +49,3 @@ def _bwd_dx_fake(g, x, w, rstd, g_residual):
 def _bwd_out_fake(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, max_ctas=0, accumulate=False):
     return None
 
-
-# Autograd of the ops for direct callers (torch.ops.cake_rmsnorm.fwd with inputs that need a
-# gradient): the backward of CakeRMSNormFunction, which cake_rmsnorm, RMSNorm and patch() use
-# (and which reaches these ops' kernels below this formula, so no call pays for both).
-def _fwd_setup(ctx, inputs, output):
-    x, w, _ = inputs
-    ctx.save_for_backward(x, w, output[1])
-    ctx.mark_non_differentiable(output[1])
-
-
-def _fwd_backward(ctx, grad_y, grad_rstd):
-    x, w, rstd = ctx.saved_tensors
-    dx, dw = backward_core(ctx, grad_y, x, w, rstd, None, None, ctx.needs_input_grad[1])
-    return dx, dw, None
-
-
-def _fwd_residual_setup(ctx, inputs, output):
-    _, rstd, h = output
-    ctx.save_for_backward(h, inputs[2], rstd)
-    ctx.mark_non_differentiable(rstd)
-
-
-def _fwd_residual_backward(ctx, grad_y, grad_rstd, grad_h):
-    h, w, rstd = ctx.saved_tensors
-    dx, dw = backward_core(ctx, grad_y, h, w, rstd, grad_h, None, ctx.needs_input_grad[2])
-    return dx, dx, dw, None
-
-
-torch.library.register_autograd(f"{_NS}::fwd", _fwd_backward, setup_context=_fwd_setup)
-torch.library.register_autograd(f"{_NS}::fwd_residual", _fwd_residual_backward, setup_context=_fwd_residual_setup)

@@ -15,20 +15,7 @@ _bwd = ops.bwd.default
 _bwd_dx = ops.bwd_dx.default
 _bwd_out = ops.bwd_out.default
 
-# The ops' backend kernels, reached below their autograd kernel: the ops carry an autograd
-# formula for direct callers (_registrations.py), and passing through it from inside this
-# Function (where it has nothing to do) costs a Python hop per call (3 us on the CPU path).
-_BELOW = {False: torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
-          True: torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)}
-
-
-def _kernel(op, x, *args):
-    if type(x) is torch.Tensor and not torch.compiler.is_compiling():
-        return op.redispatch(_BELOW[x.is_cuda], x, *args)
-    return op(x, *args)  # traced, or a tensor subclass: the full dispatch
-
-
-def backward_core(ctx, grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
+def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
     """(dx, dw) of one norm: the fused backward and the dw finalize, which writes dw in w's
     dtype (None when w needs no gradient or main_grad received it in place)."""
     if grad_y is None:
@@ -57,11 +44,11 @@ class CakeRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None):
         if residual is None:
-            y, rstd = _kernel(_fwd, x, w, eps)
+            y, rstd = _fwd(x, w, eps)
             ctx.save_for_backward(x, w, rstd, main_grad)
             ctx.has_residual = False
             return y
-        y, rstd, h = _kernel(_fwd_residual, x, residual, w, eps)
+        y, rstd, h = _fwd_residual(x, residual, w, eps)
         ctx.save_for_backward(h, w, rstd, main_grad)
         ctx.has_residual = True
         return y, h
@@ -70,7 +57,7 @@ class CakeRMSNormFunction(torch.autograd.Function):
     def backward(ctx, grad_y, grad_h=None):
         xs, w, rstd, main_grad = ctx.saved_tensors
         g_res = grad_h if ctx.has_residual else None
-        dx, dw = backward_core(ctx, grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])
+        dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])
         return dx, dw, None, (dx if ctx.has_residual else None), None, None
 
 
@@ -105,9 +92,10 @@ def cake_rmsnorm(
     y, or (y, h_new) with ``residual``. The backward returns dw in w's dtype, written by the
     dw finalize itself (no separate cast). Only (x or h_new, w, rstd) are saved.
     """
-    eps = C.check_eps(eps)
+    if type(eps) is not float or not 0.0 <= eps < C.INF:
+        eps = C.check_eps(eps)
     C.check_forward_inputs(x, w, residual)
-    if type(deterministic) is not bool:
+    if deterministic is not True and deterministic is not False:
         C.check_bool(deterministic, "deterministic")
     if main_grad is not None:
         C.check_main_grad(main_grad, x)
@@ -121,6 +109,6 @@ def apply(x, w, eps, residual, deterministic, main_grad):
                                     or (residual is not None and residual.requires_grad)):
         return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad)
     if residual is None:
-        return _kernel(_fwd, x, w, eps)[0]
-    y, _, h = _kernel(_fwd_residual, x, residual, w, eps)
+        return _fwd(x, w, eps)[0]
+    y, _, h = _fwd_residual(x, residual, w, eps)
     return y, h
