@@ -2,8 +2,9 @@
 stable ABI) and, when nvcc is found, fatbins for every shipped architecture.
 
 Knobs (environment):
-  CAKE_CUDA_ARCHS   semicolon list of archs to build, default "90a;100a;103a;107a"
-                    (an arch the installed nvcc does not list is skipped, and the log says so)
+  CAKE_CUDA_ARCHS   semicolon list of archs to build, default "90a;100a;103a;107a" where a CUDA
+                    device is visible; without one (and without this variable) the build is
+                    CPU-only. An arch the installed nvcc does not list is skipped, and said so
   CAKE_FORCE_CPU=1  build the CPU-only library even when nvcc exists
   MAX_JOBS          parallel compiler jobs (torch's ninja build honours it)
   NVCC_THREADS      nvcc --threads per job (default 1)
@@ -35,17 +36,50 @@ def read_version():
     return re.search(r'__version__ = "([^"]+)"', text).group(1)
 
 
+def _toolkit_of(nvcc):
+    """(toolkit root, directory of libcudart_static.a) of an nvcc, which may be a wrapper script
+    or a link outside its toolkit: nvcc's own dry run prints where it lives (TOP) and the
+    library directories it links from (LIBRARIES)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "probe.cu"
+        src.write_text("")
+        out = subprocess.run([nvcc, "--dryrun", "-c", str(src), "-o", str(Path(d) / "probe.o")],
+                             capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    top = re.search(r"^#\$ TOP=(.+)$", text, re.M)
+    root = Path(top.group(1).strip()).resolve() if top else Path(nvcc).resolve().parent.parent
+    dirs = [root / "lib64", root / "lib"]
+    libs = re.search(r"^#\$ LIBRARIES=(.+)$", text, re.M)
+    if libs:
+        dirs += [Path(m).resolve() for m in re.findall(r'-L"?([^" ]+)"?', libs.group(1))]
+    lib = next((d for d in dirs if (d / "libcudart_static.a").exists()), None)
+    return root, lib
+
+
 def find_nvcc():
+    """(nvcc, toolkit root, libcudart_static directory), or None for a CPU-only build. Looks at
+    CUDA_HOME / CUDA_PATH, then nvcc on PATH, then /usr/local/cuda, and says what it found."""
     if os.environ.get("CAKE_FORCE_CPU") == "1":
+        log("CAKE_FORCE_CPU=1: building the CPU-only library")
         return None
+    candidates = []
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and (Path(home) / "bin" / "nvcc").exists():
-        return str(Path(home) / "bin" / "nvcc")
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        return nvcc
-    if Path("/usr/local/cuda/bin/nvcc").exists():
-        return "/usr/local/cuda/bin/nvcc"
+    if home:
+        candidates.append(Path(home) / "bin" / "nvcc")
+    if shutil.which("nvcc"):
+        candidates.append(Path(shutil.which("nvcc")))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    for nvcc in candidates:
+        if not nvcc.exists():
+            continue
+        root, lib = _toolkit_of(str(nvcc))
+        if lib is None:
+            log(f"nvcc {nvcc}: toolkit {root} has no libcudart_static.a; not used")
+            continue
+        log(f"CUDA toolkit {root} (nvcc {nvcc}, libcudart_static in {lib})")
+        return str(nvcc), root, lib
+    log("no CUDA toolkit found (CUDA_HOME, nvcc on PATH, /usr/local/cuda): building the CPU-only library")
     return None
 
 
@@ -70,6 +104,20 @@ def cuda_archs(nvcc):
     return archs, version
 
 
+def _want_cuda():
+    """CUDA fatbins unless nothing asks for them: CAKE_CUDA_ARCHS set, or a CUDA device visible.
+    A machine with neither (a CPU-only box, CI's) builds the CPU-only library in seconds; set
+    CAKE_CUDA_ARCHS there to build the fatbins (wheels)."""
+    if os.environ.get("CAKE_CUDA_ARCHS"):
+        return True
+    import torch
+    if torch.cuda.is_available():
+        return True
+    log("no CUDA device visible and CAKE_CUDA_ARCHS unset: building the CPU-only library "
+        "(set CAKE_CUDA_ARCHS=\"90a;100a;103a;107a\" for the GPU fatbins)")
+    return False
+
+
 def make_extension():
     # CppExtension even with CUDA sources: torch's BuildExtension compiles the .cu files with
     # nvcc either way, and CUDAExtension would link libcudart.so, libc10_cuda and libtorch_cuda,
@@ -89,17 +137,23 @@ def make_extension():
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
     sources.append("csrc/torch/ops.cpp")
 
-    nvcc = find_nvcc()
+    found = find_nvcc() if _want_cuda() else None
+    nvcc = found[0] if found else None
     archs, version = cuda_archs(nvcc) if nvcc else ([], (0, 0))
     if not archs:
-        log("no nvcc (or no buildable arch): building the CPU-only library" if not nvcc
-            else "no CUDA arch left to build: building the CPU-only library")
+        if nvcc:
+            log("no CUDA arch left to build: building the CPU-only library")
         return CppExtension(
             "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
             extra_compile_args={"cxx": cxx + ["-DCAKE_WITH_CUDA=0"]}, extra_link_args=link_args,
         ), None
 
-    cuda_home = os.environ.setdefault("CUDA_HOME", str(Path(nvcc).resolve().parent.parent))
+    # torch's BuildExtension takes nvcc from its CUDA_HOME, read when torch.utils.cpp_extension
+    # was imported (from the wrapper's folder when nvcc on PATH is a script): set both.
+    import torch.utils.cpp_extension as cpp_ext
+    cuda_home = str(found[1])
+    os.environ["CUDA_HOME"] = cuda_home
+    cpp_ext.CUDA_HOME = cuda_home
     mask = sum(1 << ARCH_BITS[a] for a in archs)
     log(f"building CUDA for {', '.join('sm_' + a for a in archs)} with nvcc {version[0]}.{version[1]}")
     gencode = []
@@ -117,7 +171,7 @@ def make_extension():
     sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cu"))]
     ext = CppExtension(
         "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
-        library_dirs=[str(Path(cuda_home) / "lib64")],
+        library_dirs=[str(found[2])],
         libraries=["cudart_static", "rt", "dl", "pthread"],
         extra_compile_args={
             "cxx": cxx + ["-DCAKE_WITH_CUDA=1", f"-DCAKE_BUILT_ARCH_MASK={mask}u"],
@@ -161,6 +215,10 @@ def main():
         options={"bdist_wheel": {"py_limited_api": "cp39"}},
         python_requires=">=3.9",
         install_requires=["torch>=2.10"],
+        # What the test suite needs (nothing in it skips for a missing package with these), and
+        # the benchmark's plot.
+        extras_require={"test": ["pytest", "numpy", "hypothesis", "transformers", "expecttest"],
+                        "bench": ["matplotlib"]},
         zip_safe=False,
     )
 

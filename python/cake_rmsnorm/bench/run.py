@@ -11,7 +11,7 @@ import torch
 
 import cake_rmsnorm as cr
 
-from .peers import PEERS, Case, available_peers, make_cake, make_floor
+from .peers import PEERS, Case, available_peers, make_cake, make_floor, make_torch_fused
 from .timing import capture, measure
 
 H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
@@ -103,22 +103,27 @@ def run_cpu(args, on_row=lambda rows, missing: None):
     print("no CUDA device: timing the CPU path on small shapes (wall clock, not the GPU protocol)",
           file=sys.stderr)
     rows = []
-    todo = [(H, T) for H in (512, 2048) for T in (16, 256)]
+    # Small shapes unless --hidden / --tokens name others (the CPU kernels are single-threaded).
+    todo = [(H, T) for H in (args.user_hidden or (512, 2048)) for T in (args.user_tokens or (16, 256))]
     wdtype, dtype = _dtypes(args)
     for i, (H, T) in enumerate(todo):
         _progress(i, len(todo), f"cpu H={H} T={T}")
         case = Case(T, H, wdtype=wdtype, dtype=dtype, device="cpu")
-        ops = make_cake(case)
+        impls = {"cake": make_cake(case), "F": make_torch_fused(case)}
         for op in args.ops:
-            ops[op]()
-            t0 = time.perf_counter()
-            n = 5
-            for _ in range(n):
+            us = {}
+            for name, ops in impls.items():
                 ops[op]()
-            us = (time.perf_counter() - t0) / n * 1e6
+                blocks = []
+                for _ in range(3):  # the median of three blocks of at least 5 calls and 20 ms
+                    n, t0 = 0, time.perf_counter()
+                    while n < 5 or time.perf_counter() - t0 < 0.02:
+                        ops[op]()
+                        n += 1
+                    blocks.append((time.perf_counter() - t0) / n * 1e6)
+                us[name] = round(sorted(blocks)[1], 1)
             rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
-                         "per_head": 0, "mode": "det", "bytes": logical_bytes(op, T, H, False),
-                         "us": {"cake": round(us, 1)}})
+                         "per_head": 0, "mode": "det", "bytes": logical_bytes(op, T, H, False), "us": us})
             on_row(rows, {})
     _progress(len(todo), len(todo), "done")
     return rows, {}
@@ -132,12 +137,14 @@ def best_peer(us):
     return k, peers[k]
 
 
-def markdown(rows, title):
+def markdown(rows, title, ceiling=True):
+    """The rows as a table; `ceiling` False (the CPU path) leaves out the H200 copy-ceiling column."""
     floor = any("floor_us" in r for r in rows)
     extra = (" floor us | floor GB/s |", "---|---|") if floor else ("", "")
+    ceil = (" % ceiling |", "---|") if ceiling else ("", "")
     lines = [f"## {title}", "",
-             "| op | H | T | route | cake us | cake GB/s | % ceiling | best peer | peer us | speedup |" + extra[0],
-             "|---|---|---|---|---|---|---|---|---|---|" + extra[1]]
+             "| op | H | T | route | cake us | cake GB/s |" + ceil[0] + " best peer | peer us | speedup |" + extra[0],
+             "|---|---|---|---|---|---|" + ceil[1] + "---|---|---|" + extra[1]]
     for r in rows:
         us = r["us"]["cake"]
         gbs = r["bytes"] / us / 1e3
@@ -148,8 +155,8 @@ def markdown(rows, title):
         if r.get("weight", "bf16") != "bf16":
             route += f", {r['weight']} w"
         peer = f"{k} | {pu:.1f} | {pu / us:.2f}x" if k else "- | - | -"
-        line = (f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | "
-                f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | {peer} |")
+        pct = f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | " if ceiling else ""
+        line = f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | {pct}{peer} |"
         if floor:
             fu = r.get("floor_us")
             line += f" {fu:.1f} | {r['bytes'] / fu / 1e3:.0f} |" if fu else " - | - |"
@@ -157,7 +164,7 @@ def markdown(rows, title):
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, path):
+def plot(rows, path, ceiling=True):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -178,11 +185,13 @@ def plot(rows, path):
                 pts = [(r["T"], r["bytes"] / r["us"][k] / 1e3) for r in sel if k in r["us"]]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k,
                         linewidth=2.5 if k == "cake" else 1)
-            ax.axhline(COPY_TBPS * 1e3, color="k", linestyle="--", linewidth=0.8)
+            if ceiling:
+                ax.axhline(COPY_TBPS * 1e3, color="k", linestyle="--", linewidth=0.8)
             ax.set_xscale("log", base=2)
             name = f"H={key[0]}" + (" res" if key[1] else "") + (f" x{key[2]} heads" if key[2] else "")
             ax.set_title(f"{op} {name}", fontsize=9)
-            ax.set_ylim(0, COPY_TBPS * 1e3 * 1.1)
+            if ceiling:
+                ax.set_ylim(0, COPY_TBPS * 1e3 * 1.1)
             if j == 0:
                 ax.set_ylabel("GB/s")
             if i == len(ops) - 1:
@@ -247,10 +256,12 @@ def main(argv=None):
         p.error(f"--weight {args.weight}: the weight is the activation dtype ({args.dtype}) or fp32")
     if args.host:
         return _host_main(args)
+    args.user_hidden, args.user_tokens = args.hidden, args.tokens
     args.hidden = args.hidden or H_DEFAULT
     args.tokens = args.tokens or T_DEFAULT
     if args.quick:
         args.hidden, args.tokens = [2048], [1024, 16384]
+        args.user_hidden, args.user_tokens = [2048], [256]
     gpu = torch.cuda.is_available()
     meta = {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
             "cake_rmsnorm": cr.__version__, "copy_TBps": COPY_TBPS,
@@ -267,11 +278,10 @@ def main(argv=None):
     on_row = lambda rows, missing: write_json(rows, missing, False)  # noqa: E731
     rows, missing = run_gpu(args, on_row) if gpu else run_cpu(args, on_row)
     write_json(rows, missing, True)
-    md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}")
+    md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}", ceiling=gpu)
     with open(args.out + ".md", "w") as f:
         f.write(md)
-    if gpu:
-        plot(rows, args.out + ".png")
+    plot(rows, args.out + ".png", ceiling=gpu)
     print(md)
     if gpu:
         sp = [best_peer(r["us"])[1] / r["us"]["cake"] for r in rows if best_peer(r["us"])[0]]
