@@ -22,7 +22,9 @@ def _xw(device="cpu", T=4, H=64):
     "kwargs, exc, match",
     [
         (dict(x=[1.0]), TypeError, "x must be a torch.Tensor"),
-        (dict(x=torch.randn(4, 64)), TypeError, "x must be torch.bfloat16 or torch.float16, got torch.float32"),
+        (dict(x=torch.randn(4, 64, dtype=torch.float64)), TypeError,
+         "x must be torch.bfloat16, torch.float16 or torch.float32, got torch.float64"),
+        (dict(out_dtype=torch.float16), TypeError, "out_dtype must be x.s dtype"),
         (dict(x=torch.tensor(1.0, dtype=BF)), ValueError, "at least one dimension"),
         (dict(x=torch.randn(4, 60, dtype=BF), w=torch.ones(60, dtype=BF)), ValueError, "multiple of 8, got 60"),
         (dict(x=torch.empty(4, 64, dtype=BF, device="meta")), ValueError, "x must be on a CPU or CUDA device"),
@@ -151,7 +153,8 @@ def test_backward_refusals(kwargs, exc, match):
         (lambda: cr.program_windows("fwd", 64, sm=80), ValueError, "sm must be one of"),
         (lambda: cr.program_windows("fwd", "64", sm=90), TypeError, "hidden must be an int"),
         (lambda: cr.weight_dtypes("64"), TypeError, "hidden must be an int"),
-        (lambda: cr.cake_rmsnorm(torch.randn(4, 64), torch.ones(64), EPS), TypeError, "x must be torch.bfloat16"),
+        (lambda: cr.cake_rmsnorm(torch.randn(4, 64).double(), torch.ones(64), EPS), TypeError,
+         "x must be torch.bfloat16"),
         (lambda: cr.cake_rmsnorm(*_xw(), EPS, deterministic=None), TypeError, "deterministic must be a bool"),
     ],
 )

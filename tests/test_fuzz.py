@@ -67,7 +67,7 @@ def forward_cases(draw):
     T = 1 if layout == "one_d" else a * draw(st.integers(0, 12))
     return dict(
         H=H, T=T, a=a, layout=layout,
-        dtype=draw(st.sampled_from([torch.bfloat16, torch.float16, torch.float32])),
+        dtype=draw(st.sampled_from([torch.bfloat16, torch.float16, torch.float32, torch.float64])),
         wkind=draw(st.sampled_from(["same", "fp32", "fp32", "other16", "fp64"])),
         residual=draw(st.sampled_from([None, "same", "contig_other_layout", "wrong_dtype"])),
         outs=draw(st.sampled_from([None, "dense", "strided", "overlap_x", "overlap_each_other", "wrong_dtype"])),
@@ -83,11 +83,12 @@ def _weight(H, dtype, wkind, gen):
 
 
 def expected_forward_error(c, x, w, r, outs):
-    if x.dtype not in (torch.bfloat16, torch.float16):
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return TypeError
     if c["H"] % 8:
         return ValueError
-    if w.dtype not in (x.dtype, torch.float32):
+    # FP32 activations take a weight of any of the three dtypes, 16-bit ones their own or FP32.
+    if w.dtype not in (x.dtype, torch.float32) and not (x.dtype == torch.float32 and w.dtype != torch.float64):
         return TypeError
     if not (c["eps"] >= 0 and math.isfinite(c["eps"])):
         return ValueError
@@ -109,7 +110,7 @@ def _outputs(c, x, gen):
     if kind is None:
         return None
     shape, lead = x.shape, x.shape[:-1]
-    dt = torch.float32 if kind == "wrong_dtype" else x.dtype
+    dt = torch.float64 if kind == "wrong_dtype" else x.dtype
     if kind == "dense":
         y, h = torch.empty(shape, dtype=dt, device=DEVICE), torch.empty(shape, dtype=dt, device=DEVICE)
     elif kind == "strided":  # odd storage offsets and transposed storage: served through copies
@@ -179,7 +180,7 @@ def backward_cases(draw):
     a = draw(st.integers(1, 4))
     T = 1 if layout == "one_d" else a * draw(st.integers(0, 12))
     return dict(
-        H=H, T=T, a=a, layout=layout, dtype=draw(st.sampled_from([torch.bfloat16, torch.float16])),
+        H=H, T=T, a=a, layout=layout, dtype=draw(st.sampled_from([torch.bfloat16, torch.float16, torch.float32])),
         wkind=draw(st.sampled_from(["same", "fp32"])),
         g_residual=draw(st.booleans()),
         fault=draw(st.sampled_from([None, None, None, "ws_small", "rstd_shape", "rstd_dtype", "g_shape", "g_dtype",
@@ -225,7 +226,7 @@ def test_backward_fuzz(c):
         g = torch.randn(x.shape[:-1] + (c["H"] + 8,), generator=gen).to(c["dtype"]).to(DEVICE)
         err = ValueError
     elif f == "g_dtype":
-        g = g.float()
+        g = g.double()
         err = TypeError
     elif f == "dw_dtype":
         kw["dw"] = torch.full((c["H"],), POISON, dtype=torch.float64, device=DEVICE)

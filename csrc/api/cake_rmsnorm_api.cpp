@@ -12,6 +12,7 @@
 #include "../kernels/cpu/rmsnorm_cpu.h"
 #include "../kernels/params.h"
 #if CAKE_WITH_CUDA
+#include "../kernels/fp32_width.h"
 #include "launch.h"
 #endif
 
@@ -44,9 +45,15 @@ bool stride_ok(int64_t stride, int64_t hidden) { return stride >= hidden; }
 // 16-bit rows of a 16-byte vector kernel: the row stride in bytes is a multiple of 16.
 [[maybe_unused]] bool stride_aligned(int64_t stride) { return (stride * 2) % 16 == 0; }
 
-cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t hidden) {
-  if (!is_16bit(x)) return CAKE_ERR_UNSUPPORTED;
-  if (w != x && w != CAKE_DTYPE_FP32) return CAKE_ERR_UNSUPPORTED;
+bool is_dtype(int t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16 || t == CAKE_DTYPE_FP32; }
+int dtype_bytes(cake_dtype_t t) { return t == CAKE_DTYPE_FP32 ? 4 : 2; }
+
+// x (and residual, h_new, dx, g_residual) of x; y or g of `other`: 16-bit x takes its own
+// dtype throughout; FP32 x (the mixed-precision residual stream) any 16-bit or FP32 y / g / w.
+cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t hidden,
+                          cake_dtype_t other = CAKE_DTYPE_FP32, bool other_set = false) {
+  if (!is_dtype(x) || !is_dtype(w) || !is_dtype(other)) return CAKE_ERR_UNSUPPORTED;
+  if (is_16bit(x) && ((w != x && w != CAKE_DTYPE_FP32) || (other_set && other != x))) return CAKE_ERR_UNSUPPORTED;
   if (rows < 0 || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30))
     return CAKE_ERR_INVALID_ARGUMENT;
   return CAKE_OK;
@@ -63,15 +70,30 @@ cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t 
 #endif
 }
 
+// fn(x type, w type, y-or-g type) of the CPU kernels.
 template <typename Fn>
-void with_types(cake_dtype_t x, cake_dtype_t w, Fn&& fn) {
+void with_types(cake_dtype_t x, cake_dtype_t w, cake_dtype_t other, Fn&& fn) {
   using namespace cake::cpu;
+  auto with_w = [&](auto xt, auto ot) {
+    if (w == CAKE_DTYPE_FP32) fn(xt, F32{}, ot);
+    else if (w == CAKE_DTYPE_BF16) fn(xt, BF16{}, ot);
+    else fn(xt, FP16{}, ot);
+  };
   if (x == CAKE_DTYPE_BF16) {
-    if (w == CAKE_DTYPE_FP32) fn(BF16{}, F32{}); else fn(BF16{}, BF16{});
+    with_w(BF16{}, BF16{});
+  } else if (x == CAKE_DTYPE_FP16) {
+    with_w(FP16{}, FP16{});
+  } else if (other == CAKE_DTYPE_BF16) {
+    with_w(F32{}, BF16{});
+  } else if (other == CAKE_DTYPE_FP16) {
+    with_w(F32{}, FP16{});
   } else {
-    if (w == CAKE_DTYPE_FP32) fn(FP16{}, F32{}); else fn(FP16{}, FP16{});
+    with_w(F32{}, F32{});
   }
 }
+
+// CUDA row strides: a multiple of 16 bytes for the element size.
+[[maybe_unused]] bool stride_aligned_as(int64_t stride, cake_dtype_t t) { return (stride * dtype_bytes(t)) % 16 == 0; }
 
 }  // namespace
 
@@ -79,7 +101,9 @@ extern "C" {
 
 cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream) {
   if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
-  cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden);
+  if (a->y_dtype_set != 0 && a->y_dtype_set != 1) return CAKE_ERR_INVALID_ARGUMENT;
+  const cake_dtype_t yd = a->y_dtype_set ? a->y_dtype : a->x_dtype;
+  cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden, yd, a->y_dtype_set == 1);
   if (st != CAKE_OK) return st;
   if (!std::isfinite(a->eps) || a->eps < 0.f) return CAKE_ERR_INVALID_ARGUMENT;
   if (a->rows == 0) return CAKE_OK;
@@ -104,13 +128,23 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   p.eps = a->eps;
 
   if (a->device == CAKE_DEVICE_CPU) {
-    with_types(a->x_dtype, a->w_dtype, [&](auto t, auto w) {
-      cake::cpu::forward<decltype(t), decltype(w)>(p);
+    with_types(a->x_dtype, a->w_dtype, yd, [&](auto t, auto w, auto y) {
+      cake::cpu::forward<decltype(t), decltype(w), decltype(y)>(p);
     });
     return CAKE_OK;
   }
   if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
+  if (a->x_dtype == CAKE_DTYPE_FP32) {
+    if (!cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
+    if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned_as(a->x_row_stride, a->x_dtype) ||
+        !stride_aligned_as(a->y_row_stride, yd) ||
+        (res && (!aligned16(a->residual) || !aligned16(a->h_out) ||
+                 !stride_aligned_as(a->residual_row_stride, a->x_dtype) ||
+                 !stride_aligned_as(a->h_row_stride, a->x_dtype))))
+      return CAKE_ERR_MISALIGNED;
+    return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
+  }
   if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned(a->x_row_stride) ||
       !stride_aligned(a->y_row_stride) ||
       (res && (!aligned16(a->residual) || !aligned16(a->h_out) ||
@@ -131,7 +165,9 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
 
 cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream) {
   if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
-  cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden);
+  if (a->g_dtype_set != 0 && a->g_dtype_set != 1) return CAKE_ERR_INVALID_ARGUMENT;
+  const cake_dtype_t gd = a->g_dtype_set ? a->g_dtype : a->x_dtype;
+  cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden, gd, a->g_dtype_set == 1);
   if (st != CAKE_OK) return st;
   if (a->max_ctas < 0) return CAKE_ERR_INVALID_ARGUMENT;
   if (a->dw_in_w_dtype != 0 && a->dw_in_w_dtype != 1) return CAKE_ERR_INVALID_ARGUMENT;
@@ -177,8 +213,8 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
       if (want_dw && !a->accumulate_dw) std::memset(a->dw, 0, dw_bytes);
       return CAKE_OK;
     }
-    with_types(a->x_dtype, a->w_dtype, [&](auto t, auto w) {
-      cake::cpu::backward<decltype(t), decltype(w)>(p);
+    with_types(a->x_dtype, a->w_dtype, gd, [&](auto t, auto w, auto g) {
+      cake::cpu::backward<decltype(t), decltype(w), decltype(g)>(p);
     });
     return CAKE_OK;
   }
@@ -186,6 +222,15 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
 #if CAKE_WITH_CUDA
   if (a->rows == 0)
     return want_dw && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
+  if (a->x_dtype == CAKE_DTYPE_FP32) {
+    if (!cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
+    if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
+        !stride_aligned_as(a->g_row_stride, gd) || !stride_aligned_as(a->x_row_stride, a->x_dtype) ||
+        !stride_aligned_as(a->dx_row_stride, a->x_dtype) ||
+        (res && (!aligned16(a->g_residual) || !stride_aligned_as(a->g_residual_row_stride, a->x_dtype))))
+      return CAKE_ERR_MISALIGNED;
+    return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
+  }
   if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
       !stride_aligned(a->g_row_stride) || !stride_aligned(a->x_row_stride) ||
       !stride_aligned(a->dx_row_stride) ||

@@ -44,12 +44,16 @@ inline int64_t rows_of(const Tensor& t) {
   return h > 0 ? t.numel() / h : 0;
 }
 
-// A [..., hidden] tensor of x's shape, dtype and device (any strides: see ready_rows).
-inline void check_rows(const Tensor& t, const Tensor& x, const char* name) {
+// A [..., hidden] tensor of x's shape and device (any strides: see kernel_row_stride), of x's
+// dtype, or (any_16bit, FP32 x: y and g of mixed precision) a 16-bit one.
+inline void check_rows(const Tensor& t, const Tensor& x, const char* name, bool any_16bit = false) {
   bool same = t.dim() == x.dim();
   for (int64_t i = 0; same && i < x.dim(); ++i) same = t.size(i) == x.size(i);
   STD_TORCH_CHECK(same, name, " must have x's shape [..., hidden]");
-  STD_TORCH_CHECK(t.scalar_type() == x.scalar_type(), name, " must have x's dtype");
+  const bool other_ok = any_16bit && x.scalar_type() == ScalarType::Float &&
+                        (t.scalar_type() == ScalarType::BFloat16 || t.scalar_type() == ScalarType::Half);
+  STD_TORCH_CHECK(t.scalar_type() == x.scalar_type() || other_ok, name, " must have x's dtype",
+                  any_16bit ? " (or, with float32 x, a 16-bit one)" : "");
   check_same_device(t, x, name);
 }
 
@@ -144,7 +148,8 @@ inline void check_lead(const Tensor& t, const Tensor& x, const char* name) {
 
 inline void check_weight(const Tensor& w, const Tensor& x) {
   STD_TORCH_CHECK(w.dim() == 1 && w.size(0) == last_dim(x), "w must be 1-D [hidden]");
-  STD_TORCH_CHECK(w.scalar_type() == x.scalar_type() || w.scalar_type() == ScalarType::Float,
+  STD_TORCH_CHECK(w.scalar_type() == x.scalar_type() || w.scalar_type() == ScalarType::Float ||
+                      x.scalar_type() == ScalarType::Float,
                   "w must have x's dtype or be float32");
   check_same_device(w, x, "w");
 }
@@ -183,7 +188,7 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
                          const Tensor& w_in, double eps, const Tensor& y_in,
                          const Tensor& rstd_in, const std::optional<Tensor>& h_in, void* stream) {
   check_weight(w_in, x_in);
-  check_rows(y_in, x_in, "out");
+  check_rows(y_in, x_in, "out", true);
   check_lead(rstd_in, x_in, "rstd");
   if (residual_in) {
     check_rows(*residual_in, x_in, "residual");
@@ -218,6 +223,8 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
   a.y_row_stride = y.stride;
   a.rstd = static_cast<float*>(rstd.buf.data_ptr());
   a.eps = static_cast<float>(eps);
+  a.y_dtype_set = y_in.scalar_type() != x_in.scalar_type() ? 1 : 0;
+  a.y_dtype = to_cake_dtype(y_in, "out");
   raise_status(cake_rmsnorm_forward(&a, stream), "forward");
   y.finish();
   rstd.finish();
@@ -230,7 +237,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
                           const Tensor& dx_in, const std::optional<Tensor>& dw_in,
                           const std::optional<Tensor>& workspace_in, int64_t max_ctas, bool accumulate,
                           bool dw_in_w_dtype, void* stream) {
-  check_rows(g_in, x_in, "g");
+  check_rows(g_in, x_in, "g", true);
   check_weight(w_in, x_in);
   check_lead(rstd_in, x_in, "rstd");
   if (g_residual_in) check_rows(*g_residual_in, x_in, "g_residual");
@@ -286,6 +293,8 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
   a.max_ctas = static_cast<int>(max_ctas);
   a.accumulate_dw = accumulate ? 1 : 0;
   a.dw_in_w_dtype = dw16 ? 1 : 0;
+  a.g_dtype_set = g_in.scalar_type() != x_in.scalar_type() ? 1 : 0;
+  a.g_dtype = to_cake_dtype(g_in, "g");
   raise_status(cake_rmsnorm_backward(&a, stream), "backward");
   dx.finish();
   if (dw) dw->finish();

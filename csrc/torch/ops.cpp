@@ -21,8 +21,12 @@ using CpuOps = cake_torch::Ops<CpuStream>;
 }  // namespace
 
 STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
-  m.def("fwd(Tensor x, Tensor w, float eps) -> (Tensor, Tensor)");
-  m.def("fwd_residual(Tensor x, Tensor residual, Tensor w, float eps) -> (Tensor, Tensor, Tensor)");
+  // out_dtype: y's dtype when not x's (FP32 x: a 16-bit compute dtype, cast in the same pass).
+  // The gradient of y may come in y's dtype: g is x's dtype, or 16-bit with FP32 x.
+  m.def("fwd(Tensor x, Tensor w, float eps, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
+  m.def(
+      "fwd_residual(Tensor x, Tensor residual, Tensor w, float eps, ScalarType? out_dtype=None) "
+      "-> (Tensor, Tensor, Tensor)");
   m.def("fwd_out(Tensor x, Tensor w, float eps, Tensor(a!) y, Tensor(b!) rstd) -> ()");
   m.def(
       "fwd_residual_out(Tensor x, Tensor residual, Tensor w, float eps, Tensor(a!) y, "

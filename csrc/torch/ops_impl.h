@@ -10,20 +10,21 @@ namespace cake_torch {
 // layout allows); rstd has x's leading shape.
 template <typename StreamOf>
 struct Ops {
-  static std::tuple<Tensor, Tensor> fwd(Tensor x, Tensor w, double eps) {
+  // out_dtype: y's dtype (a 16-bit one with FP32 x: the compute dtype, cast in the same pass).
+  static std::tuple<Tensor, Tensor> fwd(Tensor x, Tensor w, double eps, std::optional<ScalarType> out_dtype) {
     check_x(x);
     auto ctx = StreamOf::enter(x);
-    Tensor y = new_like(x, x.scalar_type());
+    Tensor y = new_like(x, out_dtype.value_or(x.scalar_type()));
     Tensor rstd = new_lead(x);
     forward_into(x, std::nullopt, w, eps, y, rstd, std::nullopt, ctx.stream);
     return {y, rstd};
   }
 
   static std::tuple<Tensor, Tensor, Tensor> fwd_residual(Tensor x, Tensor residual, Tensor w,
-                                                         double eps) {
+                                                         double eps, std::optional<ScalarType> out_dtype) {
     check_x(x);
     auto ctx = StreamOf::enter(x);
-    Tensor y = new_like(x, x.scalar_type());
+    Tensor y = new_like(x, out_dtype.value_or(x.scalar_type()));
     Tensor h = new_like(x, x.scalar_type());
     Tensor rstd = new_lead(x);
     forward_into(x, residual, w, eps, y, rstd, h, ctx.stream);

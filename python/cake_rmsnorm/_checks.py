@@ -9,7 +9,10 @@ import numbers
 
 import torch
 
-ACT_DTYPES = (torch.bfloat16, torch.float16)
+ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+# FP32 activations on CUDA: rows up to this wide (the CPU path serves every width).
+FP32_CUDA_MAX_HIDDEN = 16384
 _ALIGN = 16  # bytes: the kernels move 16-byte vectors
 
 
@@ -29,7 +32,7 @@ def require_tensor(t, name: str) -> torch.Tensor:
 def check_activation(x, name: str = "x") -> torch.Tensor:
     require_tensor(x, name)
     if x.dtype not in ACT_DTYPES:
-        raise TypeError(f"{name} must be torch.bfloat16 or torch.float16, got {x.dtype}")
+        raise TypeError(f"{name} must be torch.bfloat16, torch.float16 or torch.float32, got {x.dtype}")
     if x.dim() < 1:
         raise ValueError(f"{name} must have at least one dimension [..., hidden], got a 0-d tensor")
     if x.device.type not in ("cpu", "cuda"):
@@ -37,7 +40,32 @@ def check_activation(x, name: str = "x") -> torch.Tensor:
     hidden = x.shape[-1]
     if hidden <= 0 or hidden % 8 != 0:
         raise ValueError(f"hidden size ({name}.shape[-1]) must be a positive multiple of 8, got {hidden}")
+    if x.dtype == torch.float32 and x.is_cuda and hidden > FP32_CUDA_MAX_HIDDEN:
+        raise ValueError(f"float32 {name} on CUDA: hidden size up to {FP32_CUDA_MAX_HIDDEN}, got {hidden}")
     return x
+
+
+def check_grad_like(t, x: torch.Tensor, name: str):
+    """The gradient of y: x's shape and device, x's dtype or (float32 x) y's 16-bit dtype."""
+    require_tensor(t, name)
+    if t.dtype != x.dtype and not (x.dtype == torch.float32 and t.dtype in HALF_DTYPES):
+        raise TypeError(f"{name} must have x's dtype {x.dtype} (or, with float32 x, a 16-bit one), got {t.dtype}")
+    if t.shape != x.shape:
+        raise ValueError(f"{name} must have x's shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    check_device(t, x, name)
+    return t
+
+
+def check_out_dtype(out_dtype, x: torch.Tensor):
+    """y's dtype: x's (None), or with float32 x a 16-bit compute dtype cast in the same pass."""
+    if out_dtype is None or out_dtype == x.dtype:
+        return None
+    if not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if x.dtype != torch.float32 or out_dtype not in HALF_DTYPES:
+        raise TypeError(f"out_dtype must be x's dtype, or torch.bfloat16 / torch.float16 with float32 x; "
+                        f"got {out_dtype} for {x.dtype} x")
+    return out_dtype
 
 
 def check_like(t, x: torch.Tensor, name: str, x_name: str = "x") -> torch.Tensor:
@@ -57,7 +85,7 @@ def check_device(t: torch.Tensor, x: torch.Tensor, name: str) -> None:
 
 def check_weight(w, x: torch.Tensor) -> torch.Tensor:
     require_tensor(w, "w")
-    if w.dtype not in (x.dtype, torch.float32):
+    if w.dtype not in (x.dtype, torch.float32) and not (x.dtype == torch.float32 and w.dtype in HALF_DTYPES):
         raise TypeError(f"w must be x's dtype {x.dtype} or torch.float32, got {w.dtype}")
     if w.dim() != 1 or w.shape[0] != x.shape[-1]:
         raise ValueError(f"w must be 1-D [hidden] = [{x.shape[-1]}], got shape {tuple(w.shape)}")

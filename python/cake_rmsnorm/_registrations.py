@@ -16,13 +16,14 @@ _NS = "cake_rmsnorm"
 
 
 @torch.library.register_fake(f"{_NS}::fwd")
-def _fwd_fake(x, w, eps):
-    return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32)
+def _fwd_fake(x, w, eps, out_dtype=None):
+    return x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
 @torch.library.register_fake(f"{_NS}::fwd_residual")
-def _fwd_residual_fake(x, residual, w, eps):
-    return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32), x.new_empty(x.shape)
+def _fwd_residual_fake(x, residual, w, eps, out_dtype=None):
+    return (x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape[:-1], dtype=torch.float32),
+            x.new_empty(x.shape))
 
 
 @torch.library.register_fake(f"{_NS}::fwd_out")

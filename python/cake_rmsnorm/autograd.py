@@ -42,13 +42,13 @@ class CakeRMSNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None):
+    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None):
         if residual is None:
-            y, rstd = _fwd(x, w, eps)
+            y, rstd = _fwd(x, w, eps, out_dtype)
             ctx.save_for_backward(x, w, rstd, main_grad)
             ctx.has_residual = False
             return y
-        y, rstd, h = _fwd_residual(x, residual, w, eps)
+        y, rstd, h = _fwd_residual(x, residual, w, eps, out_dtype)
         ctx.save_for_backward(h, w, rstd, main_grad)
         ctx.has_residual = True
         return y, h
@@ -58,7 +58,7 @@ class CakeRMSNormFunction(torch.autograd.Function):
         xs, w, rstd, main_grad = ctx.saved_tensors
         g_res = grad_h if ctx.has_residual else None
         dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])
-        return dx, dw, None, (dx if ctx.has_residual else None), None, None
+        return dx, dw, None, (dx if ctx.has_residual else None), None, None, None
 
 
 def cake_rmsnorm(
@@ -68,15 +68,17 @@ def cake_rmsnorm(
     residual: Optional[torch.Tensor] = None,
     deterministic: bool = True,
     main_grad: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ):
     """Autograd-enabled fused RMSNorm (optionally with a fused residual add).
 
     Parameters
     ----------
     x : torch.Tensor
-        BF16 or FP16 ``[..., H]`` (layout rules as :func:`cake_rmsnorm_train_forward`).
+        BF16, FP16 or FP32 ``[..., H]`` (layout rules as :func:`cake_rmsnorm_train_forward`).
     w : torch.Tensor
-        ``[H]`` weight, x's dtype or FP32. With ``requires_grad=False`` the backward skips dw.
+        ``[H]`` weight, x's dtype or FP32 (any of the three with FP32 x). With
+        ``requires_grad=False`` the backward skips dw.
     eps : float
         Variance epsilon (a Python or NumPy float; symbolic under torch.compile).
     residual : torch.Tensor, optional
@@ -86,6 +88,9 @@ def cake_rmsnorm(
     main_grad : torch.Tensor, optional
         FP32 ``[H]`` buffer (Megatron's ``main_grad``): the backward adds dw into it in place and
         returns no gradient for ``w``.
+    out_dtype : torch.dtype, optional
+        With FP32 x: y in torch.bfloat16 or torch.float16 (the compute dtype, cast in the same
+        pass); its gradient comes back in that dtype, dx in FP32.
 
     Returns
     -------
@@ -99,16 +104,18 @@ def cake_rmsnorm(
         C.check_bool(deterministic, "deterministic")
     if main_grad is not None:
         C.check_main_grad(main_grad, x)
-    return apply(x, w, eps, residual, deterministic, main_grad)
+    if out_dtype is not None:
+        out_dtype = C.check_out_dtype(out_dtype, x)
+    return apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
 
 
-def apply(x, w, eps, residual, deterministic, main_grad):
+def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
     """CakeRMSNormFunction.apply on validated inputs, or the bare kernel where nothing needs a
     gradient (no autograd node to build: inference, frozen layers, activation recompute)."""
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
-        return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad)
+        return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
     if residual is None:
-        return _fwd(x, w, eps)[0]
-    y, _, h = _fwd_residual(x, residual, w, eps)
+        return _fwd(x, w, eps, out_dtype)[0]
+    y, _, h = _fwd_residual(x, residual, w, eps, out_dtype)
     return y, h

@@ -91,6 +91,7 @@ def cake_rmsnorm_train_forward(
     out: Optional[torch.Tensor] = None,
     rstd: Optional[torch.Tensor] = None,
     residual_out: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Fused RMSNorm forward with FP32 statistics.
 
@@ -101,13 +102,15 @@ def cake_rmsnorm_train_forward(
     Parameters
     ----------
     x : torch.Tensor
-        BF16 or FP16 ``[..., H]``, H a positive multiple of 8, on CPU or CUDA. 2-D row-strided
+        BF16, FP16 or FP32 ``[..., H]`` (FP32: the residual stream of mixed-precision training;
+        on CUDA H <= 16384), H a positive multiple of 8, on CPU or CUDA. 2-D row-strided
         views with a contiguous feature dim and 16-byte aligned base and row stride are read in
         place; other 2-D layouts are copied once. N-D inputs need a contiguous feature dim and
         leading dims contiguous with one another (e.g. a ``[T, heads, 256]`` slice of a wider
         buffer), else ``ValueError``.
     w : torch.Tensor
-        ``[H]`` weight of x's dtype, or FP32 (the effective ``1 + w`` of a zero-centred model).
+        ``[H]`` weight of x's dtype, or FP32 (the effective ``1 + w`` of a zero-centred model);
+        with FP32 x also BF16 or FP16.
     eps : float
         Variance epsilon, finite and >= 0.
     residual : torch.Tensor, optional
@@ -117,6 +120,9 @@ def cake_rmsnorm_train_forward(
         shape, and h_new of x's shape (with ``residual`` only). Any layout: dense aligned
         buffers are written directly, others receive a copy. Outputs may not overlap each
         other or the inputs.
+    out_dtype : torch.dtype, optional
+        y's dtype when not x's: with FP32 x, torch.bfloat16 or torch.float16 (the compute
+        dtype autocast casts to next, done in the same pass). h_new and rstd stay FP32.
 
     Returns
     -------
@@ -133,13 +139,15 @@ def cake_rmsnorm_train_forward(
     C.check_activation(x)
     C.check_weight(w, x)
     eps = C.check_eps(eps)
+    out_dtype = C.check_out_dtype(out_dtype, x)
+    y_dtype = out_dtype or x.dtype
     if residual is not None:
         C.check_like(residual, x, "residual")
     elif residual_out is not None:
         raise ValueError("residual_out is only produced with residual")
     lead = x.shape[:-1]
     if out is not None:
-        _check_out(out, x, x.shape, x.dtype, "out")
+        _check_out(out, x, x.shape, y_dtype, "out")
     if rstd is not None:
         _check_out(rstd, x, lead, torch.float32, "rstd")
     if residual_out is not None:
@@ -154,9 +162,9 @@ def cake_rmsnorm_train_forward(
     # layout directly or through a copy back.
     if out is None and rstd is None and residual_out is None:
         if residual is None:
-            return ops.fwd(x, w, eps)
-        return ops.fwd_residual(x, residual, w, eps)
-    y = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
+            return ops.fwd(x, w, eps, out_dtype)
+        return ops.fwd_residual(x, residual, w, eps, out_dtype)
+    y = out if out is not None else torch.empty_like(x, dtype=y_dtype, memory_format=torch.contiguous_format)
     s = rstd if rstd is not None else x.new_empty(lead, dtype=torch.float32)
     if residual is None:
         ops.fwd_out(x, w, eps, y, s)
@@ -188,7 +196,8 @@ def cake_rmsnorm_train_backward(
     Parameters
     ----------
     g : torch.Tensor
-        Gradient of y, x's shape and dtype.
+        Gradient of y, x's shape and dtype (with FP32 x also y's 16-bit dtype); dx and
+        g_residual have x's dtype.
     x : torch.Tensor
         The normalised input of the forward: x, or h_new of the residual route.
     w : torch.Tensor
@@ -221,7 +230,7 @@ def cake_rmsnorm_train_backward(
     (dx, dw), dw None when ``weight_grad`` is False.
     """
     C.check_activation(x)
-    C.check_like(g, x, "g")
+    C.check_grad_like(g, x, "g")
     C.check_weight(w, x)
     C.check_rstd(rstd, x)
     C.check_bool(deterministic, "deterministic")

@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
-from ._checks import ACT_DTYPES, check_eps
+from ._checks import ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps
 from .autograd import apply
 
 __all__ = ["RMSNorm", "patch", "unpatch", "patched", "PatchReport"]
@@ -39,9 +39,12 @@ class RMSNorm(nn.Module):
 
     Notes
     -----
-    Inputs the kernels do not take (FP32/FP64 activations, a width that is not a multiple of
-    8, a device other than CPU or CUDA) run the eager FP32 formula instead, so the module can
-    replace a norm in any model. A weight with ``requires_grad=False`` costs no dw work.
+    BF16, FP16 and FP32 activations run the kernels. FP32 ones are the residual stream of
+    mixed precision: under ``torch.autocast`` y comes back in the autocast dtype (the cast the
+    next matmul makes, done in the same pass). Inputs the kernels do not take (FP64, a width
+    that is not a multiple of 8, FP32 rows wider than 16384 on CUDA, a device other than CPU or
+    CUDA) run the eager formula instead, so the module can replace a norm in any model. A
+    weight with ``requires_grad=False`` costs no dw work.
     """
 
     def __init__(self, hidden_size, eps: Optional[float] = 1e-6, zero_centered: bool = False,
@@ -91,7 +94,9 @@ class RMSNorm(nn.Module):
         w = self.weight
         if self.zero_centered:
             return 1.0 + w.float()
-        return w if w.dtype in (dtype, torch.float32) else w.to(dtype)
+        if w.dtype in (dtype, torch.float32) or (dtype == torch.float32 and w.dtype in HALF_DTYPES):
+            return w  # the kernels take it as it is (FP32 activations: any of the three)
+        return w.to(dtype)
 
     def _eager(self, x, residual):
         h = x if residual is None else x + residual
@@ -103,15 +108,22 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
         if (x.dtype not in ACT_DTYPES or x.device.type not in ("cpu", "cuda") or x.shape[-1] % 8
-                or (residual is not None and residual.dtype != x.dtype)):
+                or (residual is not None and residual.dtype != x.dtype)
+                or (x.dtype == torch.float32 and x.is_cuda and x.shape[-1] > FP32_CUDA_MAX_HIDDEN)):
             return self._eager(x, residual)
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
+        out_dtype = None
+        if x.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
+            # The FP32 residual stream under autocast: y in the compute dtype, the cast the
+            # next matmul would make, done in the same pass (h_new, dx and rstd stay FP32).
+            ac = torch.get_autocast_dtype(x.device.type)
+            out_dtype = ac if ac in HALF_DTYPES else None
         main_grad = None
         if self.accumulate_main_grad and self.weight.requires_grad:
             main_grad = getattr(self.weight, "main_grad", None)
         # The ops take any layout (N-D views whose rows do not collapse are copied once) and
         # check shapes; the module's eps was checked when it was set.
-        return apply(x, self._effective_weight(x.dtype), eps, residual, self.deterministic, main_grad)
+        return apply(x, self._effective_weight(x.dtype), eps, residual, self.deterministic, main_grad, out_dtype)
 
 
 # Hugging Face norm classes by name -> zero-centred (Gemma's 1 + w).

@@ -5,7 +5,8 @@
  * for CAKE_DEVICE_CPU (stream ignored). Row strides are in elements; the feature dimension
  * is contiguous. CUDA calls need 16-byte aligned base pointers and row strides whose byte
  * size is a multiple of 16; no call allocates or synchronises, so calls can be captured in a
- * CUDA graph.
+ * CUDA graph. FP32 activations are served on CUDA for hidden <= 16384 (CAKE_ERR_UNSUPPORTED
+ * beyond), on the CPU at every width.
  */
 #ifndef CAKE_RMSNORM_H_
 #define CAKE_RMSNORM_H_
@@ -40,8 +41,9 @@ typedef enum { CAKE_DEVICE_CPU = 0, CAKE_DEVICE_CUDA = 1 } cake_device_t;
 /* y = cast(h * rstd * w) with h = x, or h = cast(x + residual) written to h_out. */
 typedef struct {
   cake_device_t device;
-  cake_dtype_t x_dtype; /* BF16 or FP16: x, residual, y and h_out */
-  cake_dtype_t w_dtype; /* x_dtype or FP32 */
+  cake_dtype_t x_dtype; /* BF16, FP16 or FP32 (the FP32 residual stream): x, residual, h_out, and y
+                           unless y_dtype says otherwise */
+  cake_dtype_t w_dtype; /* x_dtype or FP32; with FP32 x, BF16, FP16 or FP32 */
   int64_t rows;
   int64_t hidden; /* a positive multiple of 8 */
   const void* x;
@@ -55,6 +57,9 @@ typedef struct {
   int64_t h_row_stride;
   float* rstd; /* [rows], FP32 1 / sqrt(mean(h^2) + eps) */
   float eps;   /* finite, >= 0 */
+  int y_dtype_set;      /* 1: y is of y_dtype; 0: of x_dtype */
+  cake_dtype_t y_dtype; /* with FP32 x: BF16 or FP16 (the compute dtype, cast in the same pass) or
+                           FP32; with 16-bit x: x_dtype */
 } cake_rmsnorm_fwd_args;
 
 /* dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x * rstd;
@@ -84,6 +89,8 @@ typedef struct {
   int accumulate_dw; /* 1: dw += the sum (one rounding of the compensated sum into dw); FP32 dw only */
   int dw_in_w_dtype; /* 1: dw is of w_dtype, the FP32 sum rounded once by the finalize (what autograd
                         hands back for a 16-bit weight, with no separate cast); 0: FP32 dw */
+  int g_dtype_set;      /* 1: g is of g_dtype; 0: of x_dtype (dx and g_residual are x_dtype) */
+  cake_dtype_t g_dtype; /* with FP32 x: BF16, FP16 or FP32 (y's dtype); with 16-bit x: x_dtype */
 } cake_rmsnorm_bwd_args;
 
 /* A token-count window (above, at_most] of a route and the program serving it. */

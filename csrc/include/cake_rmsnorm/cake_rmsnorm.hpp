@@ -4,7 +4,7 @@
 // (cake_rmsnorm.get_library_path()) so its ops register when it loads.
 //
 // Inputs are [..., hidden] (any strides; the ops copy what the kernels cannot read in place);
-// y/h_new/dx take x's dtype, rstd (x's leading shape) and dw are FP32.
+// y/h_new/dx take x's dtype (y may take out_dtype), rstd (x's leading shape) and dw are FP32.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,19 +25,23 @@ inline c10::TypedOperatorHandle<Sig> op(const char* name) {
 }  // namespace detail
 
 // (y, rstd) = RMSNorm(x) * w.
-inline std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& w, double eps) {
-  static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, double)>(
+// out_dtype: y's dtype when not x's (a 16-bit compute dtype for FP32 x).
+inline std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& w, double eps,
+                                                  std::optional<at::ScalarType> out_dtype = std::nullopt) {
+  static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, double,
+                                                                std::optional<at::ScalarType>)>(
       "cake_rmsnorm::fwd");
-  return h.call(x, w, eps);
+  return h.call(x, w, eps, out_dtype);
 }
 
 // (y, rstd, h_new): h_new = cast(x + residual) is normalised.
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(const at::Tensor& x,
-                                                                       const at::Tensor& residual,
-                                                                       const at::Tensor& w, double eps) {
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(
+    const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps,
+    std::optional<at::ScalarType> out_dtype = std::nullopt) {
   static auto h = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-      const at::Tensor&, const at::Tensor&, const at::Tensor&, double)>("cake_rmsnorm::fwd_residual");
-  return h.call(x, residual, w, eps);
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, double, std::optional<at::ScalarType>)>(
+      "cake_rmsnorm::fwd_residual");
+  return h.call(x, residual, w, eps, out_dtype);
 }
 
 // (dx, dw); g_residual, when given, is added into dx. dw is FP32, or in w's dtype with

@@ -30,7 +30,8 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
   for (int i = 0; i < n; ++i) out[i] = W::to_float(src[i]);
 }
 
-template <typename T, typename W>
+// T: x, residual and h_new; W: w; TY: y (T, or the 16-bit compute dtype of FP32 activations).
+template <typename T, typename W, typename TY = T>
 void forward(const FwdParams& p) {
   const int H = p.hidden;
   std::vector<float> wf, h(H), sq(H);
@@ -50,12 +51,13 @@ void forward(const FwdParams& p) {
     const float mean = lane_sum(sq.data(), H) / static_cast<float>(H);
     const float rstd = 1.f / std::sqrt(mean + p.eps);
     p.rstd[row] = rstd;
-    T* y = static_cast<T*>(p.y) + row * p.y_stride;
-    for (int i = 0; i < H; ++i) y[i] = T::from_float((h[i] * rstd) * wf[i]);
+    TY* y = static_cast<TY*>(p.y) + row * p.y_stride;
+    for (int i = 0; i < H; ++i) y[i] = TY::from_float((h[i] * rstd) * wf[i]);
   }
 }
 
-template <typename T, typename W>
+// T: x, dx and g_residual; W: w; TG: g (y's dtype).
+template <typename T, typename W, typename TG = T>
 void backward(const BwdParams& p) {
   const int H = p.hidden;
   std::vector<float> wf, gf(H), xh(H), term(H), comp(H);
@@ -66,11 +68,11 @@ void backward(const BwdParams& p) {
       for (int i = 0; i < H; ++i) part[i] = comp[i] = 0.f;
     const int64_t end = chunk_begin(c + 1, p);
     for (int64_t row = chunk_begin(c, p); row < end; ++row) {
-      const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
+      const TG* g = static_cast<const TG*>(p.g) + row * p.g_stride;
       const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
       const float rstd = p.rstd[row];
       for (int i = 0; i < H; ++i) {
-        gf[i] = T::to_float(g[i]);
+        gf[i] = TG::to_float(g[i]);
         xh[i] = T::to_float(x[i]) * rstd;
         term[i] = (gf[i] * wf[i]) * xh[i];
       }

@@ -1,0 +1,202 @@
+// RMSNorm forward and backward over FP32 activation rows: the FP32 residual stream of
+// mixed-precision training (FP32 parameters under autocast). y may be FP32 or the 16-bit
+// compute dtype (the cast autocast does next, done in the same pass); the gradient of y
+// arrives in y's dtype; h_new, dx and g_residual are FP32; w is FP32 or 16-bit. Torch-free.
+//
+// One program a width: a row group of tpr threads (a power of two, at most kFp32MaxTpr), each
+// thread holding up to kFp32Vec4 float4 vectors of the row (lane + k * tpr), so the reduction
+// order, and with it a row's bits, depends on the width alone, never on T. The backward's dw
+// partials follow the 16-bit kernels' contract (chunks of rows, one group a chunk summing row
+// by row in Kahan-compensated FP32, stored as sum - compensation), so the shared finalize and
+// the CPU path give the same dw bits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "compensated.h"
+#include "fp32_width.h"
+#include "params.h"
+
+namespace cake {
+
+template <typename T>
+__device__ __forceinline__ float4 load4(const T* p) {
+  if constexpr (std::is_same<T, float>::value) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    float2 a, b;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    } else {
+      a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+    }
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T* p, float4 v) {
+  if constexpr (std::is_same<T, float>::value) {
+    *reinterpret_cast<float4*>(p) = v;
+  } else {
+    uint2 raw;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      *reinterpret_cast<__nv_bfloat162*>(&raw.x) = __floats2bfloat162_rn(v.x, v.y);
+      *reinterpret_cast<__nv_bfloat162*>(&raw.y) = __floats2bfloat162_rn(v.z, v.w);
+    } else {
+      *reinterpret_cast<__half2*>(&raw.x) = __floats2half2_rn(v.x, v.y);
+      *reinterpret_cast<__half2*>(&raw.y) = __floats2half2_rn(v.z, v.w);
+    }
+    *reinterpret_cast<uint2*>(p) = raw;
+  }
+}
+
+__device__ __forceinline__ float sum4(float4 v) { return __fadd_rn(__fadd_rn(v.x, v.y), __fadd_rn(v.z, v.w)); }
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+  return make_float4(__fmul_rn(a.x, b.x), __fmul_rn(a.y, b.y), __fmul_rn(a.z, b.z), __fmul_rn(a.w, b.w));
+}
+__device__ __forceinline__ float4 scale4(float4 a, float s) {
+  return make_float4(__fmul_rn(a.x, s), __fmul_rn(a.y, s), __fmul_rn(a.z, s), __fmul_rn(a.w, s));
+}
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+}
+
+// Sum over a row group in a fixed tree: an xor butterfly within groups of at most a warp; a
+// group of a whole CTA (tpr > 32) folds its warps' sums in warp order through shared memory.
+// Every thread of the CTA calls it.
+__device__ __forceinline__ float fp32_group_sum(float v, int tpr, float* scratch) {
+  const int width = tpr < 32 ? tpr : 32;
+  for (int o = width / 2; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (tpr <= 32) return v;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  __syncthreads();  // the previous call's readers are done with scratch
+  if (threadIdx.x % 32 == 0) scratch[warp] = v;
+  __syncthreads();
+  float s = scratch[0];
+  for (int i = 1; i < warps; ++i) s = __fadd_rn(s, scratch[i]);
+  return s;
+}
+
+template <typename TY, typename WT, bool RES>
+__global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
+  __shared__ float scratch[32];
+  const int tpr = p.tpr, lane = threadIdx.x % tpr, groups = blockDim.x / tpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool valid = row < p.rows;  // a group of a warp or less past the last row computes on zeros
+  const int nvec = p.hidden / 4;
+  const float* x = static_cast<const float*>(p.x) + (valid ? row : 0) * p.x_stride;
+  const float* r = RES ? static_cast<const float*>(p.r) + (valid ? row : 0) * p.r_stride : nullptr;
+  float4 h[kFp32Vec4];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kFp32Vec4; ++k) {
+    const int v = lane + k * tpr;
+    h[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (valid && v < nvec) {
+      h[k] = load4(x + 4 * v);
+      if (RES) {
+        h[k] = add4(h[k], load4(r + 4 * v));
+        store4(static_cast<float*>(p.h) + row * p.h_stride + 4 * v, h[k]);
+      }
+    }
+    ss = __fadd_rn(ss, sum4(mul4(h[k], h[k])));
+  }
+  ss = fp32_group_sum(ss, tpr, scratch);
+  const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.hidden)), p.eps)));
+  if (!valid) return;
+  if (lane == 0) p.rstd[row] = rstd;
+  TY* y = static_cast<TY*>(p.y) + row * p.y_stride;
+  const WT* w = static_cast<const WT*>(p.w);
+#pragma unroll
+  for (int k = 0; k < kFp32Vec4; ++k) {
+    const int v = lane + k * tpr;
+    if (v < nvec) store4(y + 4 * v, mul4(scale4(h[k], rstd), load4(w + 4 * v)));
+  }
+}
+
+// One row group a chunk (chunk c = group index), its rows in order: dx, and the chunk's
+// Kahan-compensated dw partial of each of the thread's columns. TG: the dtype of g (y's).
+template <typename TG, typename WT, bool RES>
+__global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
+  __shared__ float scratch[32];
+  const int tpr = p.tpr, lane = threadIdx.x % tpr, groups = blockDim.x / tpr;
+  const int c = blockIdx.x * groups + threadIdx.x / tpr;
+  const bool valid = c < p.chunks;
+  const bool want_dw = p.dw != nullptr;
+  const int nvec = p.hidden / 4;
+  const WT* w = static_cast<const WT*>(p.w);
+  float4 acc[kFp32Vec4], comp[kFp32Vec4];
+#pragma unroll
+  for (int k = 0; k < kFp32Vec4; ++k) acc[k] = comp[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int64_t begin = valid ? chunk_begin(c, p) : 0, end = valid ? chunk_begin(c + 1, p) : 0;
+  // Every group runs the longest chunk's row count (chunks differ by one row at most), idle on
+  // the rows past its own: the butterfly's full-warp shuffles and the CTA barriers need every
+  // thread of a warp or CTA at each call.
+  const int64_t steps = p.chunk_rows + (p.chunk_rem > 0 ? 1 : 0);
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t row = begin + i;
+    const bool live = row < end;
+    const TG* g = static_cast<const TG*>(p.g) + (live ? row : 0) * p.g_stride;
+    const float* x = static_cast<const float*>(p.x) + (live ? row : 0) * p.x_stride;
+    const float rstd = live ? p.rstd[row] : 0.f;
+    // g and xhat held for the second pass; g * w is formed again there from w (L1-resident),
+    // which keeps the thread within 128 registers with its dw sums.
+    float4 xh[kFp32Vec4], gv[kFp32Vec4];
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < kFp32Vec4; ++k) {
+      const int v = lane + k * tpr;
+      gv[k] = xh[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      float4 gw = gv[k];
+      if (live && v < nvec) {
+        gv[k] = load4(g + 4 * v);
+        xh[k] = scale4(load4(x + 4 * v), rstd);
+        gw = mul4(gv[k], load4(w + 4 * v));
+      }
+      dot = __fadd_rn(dot, sum4(mul4(gw, xh[k])));
+    }
+    dot = fp32_group_sum(dot, tpr, scratch);
+    if (!live) continue;
+    const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
+    float* dx = static_cast<float*>(p.dx) + row * p.dx_stride;
+    const float* gr = RES ? static_cast<const float*>(p.gr) + row * p.gr_stride : nullptr;
+#pragma unroll
+    for (int k = 0; k < kFp32Vec4; ++k) {
+      const int v = lane + k * tpr;
+      if (v >= nvec) continue;
+      const float4 a = mul4(gv[k], load4(w + 4 * v)), b = xh[k];
+      float4 d = make_float4(__fmul_rn(rstd, __fsub_rn(a.x, __fmul_rn(mean, b.x))),
+                             __fmul_rn(rstd, __fsub_rn(a.y, __fmul_rn(mean, b.y))),
+                             __fmul_rn(rstd, __fsub_rn(a.z, __fmul_rn(mean, b.z))),
+                             __fmul_rn(rstd, __fsub_rn(a.w, __fmul_rn(mean, b.w))));
+      if (RES) d = add4(d, load4(gr + 4 * v));
+      store4(dx + 4 * v, d);
+      if (want_dw) {
+        const float4 q = mul4(gv[k], b);
+        kahan_add(acc[k].x, comp[k].x, q.x);
+        kahan_add(acc[k].y, comp[k].y, q.y);
+        kahan_add(acc[k].z, comp[k].z, q.z);
+        kahan_add(acc[k].w, comp[k].w, q.w);
+      }
+    }
+  }
+  if (!valid || !want_dw) return;
+  float* part = p.partials + static_cast<int64_t>(c) * p.hidden;
+#pragma unroll
+  for (int k = 0; k < kFp32Vec4; ++k) {
+    const int v = lane + k * tpr;
+    if (v < nvec)
+      store4(part + 4 * v, make_float4(__fsub_rn(acc[k].x, comp[k].x), __fsub_rn(acc[k].y, comp[k].y),
+                                       __fsub_rn(acc[k].z, comp[k].z), __fsub_rn(acc[k].w, comp[k].w)));
+  }
+}
+
+}  // namespace cake
