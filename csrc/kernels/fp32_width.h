@@ -20,6 +20,10 @@ CAKE_HD inline int fp32_tpr(int hidden) {
   return tpr;
 }
 CAKE_HD inline bool fp32_width_ok(int64_t hidden) { return hidden <= int64_t(kFp32Vec4) * 4 * kFp32MaxTpr; }
-CAKE_HD inline int fp32_cta(int tpr) { return tpr > kFp32MinCta ? tpr : kFp32MinCta; }
+// Threads a CTA: groups of a warp or less share a CTA of kFp32MinCta; a wider group is its CTA
+// alone, since its sum folds every warp of the CTA (fp32_group_sum). With two 64-thread groups
+// in a 128-thread CTA each row's sum took the other's too (the H 1000 and 1024 rows failed
+// their FP64 checks on the H200).
+CAKE_HD inline int fp32_cta(int tpr) { return tpr > 32 ? tpr : kFp32MinCta; }
 
 }  // namespace cake
