@@ -92,6 +92,18 @@ def test_dw_in_weight_dtype_from_the_finalize(device, dtype, T, gen):
                        None, 0, True)
 
 
+@pytest.mark.parametrize("device", devices())
+def test_second_order_and_out_with_grad_refused(device, gen):
+    x = make_rows(4, 64, torch.bfloat16, device, 1.0, None, 0, gen).contiguous().requires_grad_()
+    w = make_weight(64, torch.bfloat16, device, gen).requires_grad_()
+    with pytest.raises(RuntimeError, match="no second-order derivative"):
+        torch.autograd.grad(cr.cake_rmsnorm(x, w, EPS).float().sum(), x, create_graph=True)
+    with pytest.raises(ValueError, match="autograd cannot follow"):
+        cr.cake_rmsnorm_train_forward(x, w, EPS, out=torch.empty_like(x))
+    with torch.no_grad():
+        cr.cake_rmsnorm_train_forward(x, w, EPS, out=torch.empty_like(x))
+
+
 def _samples(device):
     g = torch.Generator().manual_seed(0)
     x = make_rows(16, 64, torch.bfloat16, device, 1.0, None, 0, g).contiguous()

@@ -142,7 +142,7 @@ def test_module_under_autocast_takes_the_kernels(device, gen):
         y = m(x)
         y2, h = m(x, torch.ones_like(x))
     assert y.dtype == torch.bfloat16 and y2.dtype == torch.bfloat16 and h.dtype == F32
-    want = cr.cake_rmsnorm(x.detach(), m.weight.detach(), m.eps, out_dtype=torch.bfloat16)
+    want = cr.cake_rmsnorm(x.detach(), m.weight.detach(), torch.finfo(F32).eps, out_dtype=torch.bfloat16)
     assert torch.equal(y, want)
     y.float().sum().backward()
     assert x.grad.dtype == F32 and m.weight.grad.dtype == F32

@@ -33,7 +33,7 @@ def test_module_matches_torch_rmsnorm_and_state_dict(device, gen):
 @pytest.mark.parametrize("device", devices())
 def test_zero_centered_like_gemma(device, gen):
     w = 0.1 * torch.randn(512, generator=gen)
-    m = cr.RMSNorm(512, zero_centered=True, device=device, dtype=torch.float32)
+    m = cr.RMSNorm(512, 1e-6, zero_centered=True, device=device, dtype=torch.float32)
     assert torch.equal(m.weight.detach().cpu(), torch.zeros(512))
     with torch.no_grad():
         m.weight.copy_(w)
@@ -62,15 +62,73 @@ def test_fused_residual_form(device, gen):
 def test_eager_fallback_for_other_inputs(gen):
     m = cr.RMSNorm(12)  # not a multiple of 8, FP32 weight
     x = torch.randn(3, 12, generator=gen)
-    ref = torch.nn.RMSNorm(12, eps=1e-6)
+    ref = torch.nn.RMSNorm(12)
     assert torch.allclose(m(x), ref(x), atol=1e-6)
     m8 = cr.RMSNorm(16, eps=None)
     assert torch.allclose(m8(torch.ones(2, 16, dtype=torch.float64)), torch.ones(2, 16, dtype=torch.float64))
 
 
+def test_true_torch_drop_in(gen):
+    """torch.nn.RMSNorm's constructor (positional too), attributes, isinstance and state dict."""
+    m = cr.RMSNorm(64, 1e-5, True)
+    assert isinstance(m, torch.nn.RMSNorm) and m.elementwise_affine and m.eps == 1e-5
+    assert torch.equal(m.weight, torch.ones(64)) and not m.zero_centered
+    assert cr.RMSNorm(64).eps is None  # torch's default: finfo(x.dtype).eps at each call
+    ref = torch.nn.RMSNorm(64, 1e-5)
+    with torch.no_grad():
+        ref.weight.normal_(generator=gen)
+    m.load_state_dict(ref.state_dict())
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(4, 64, generator=gen)
+    assert torch.allclose(m(x), ref(x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(TypeError):
+        cr.RMSNorm(64, 1e-5, True, None, None, True)  # our options are keyword-only
+    with pytest.raises(TypeError, match="elementwise_affine must be a bool"):
+        cr.RMSNorm(64, 1e-5, "yes")
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [BF, torch.float32])
+def test_no_weight_and_multidim_shapes(device, dtype, gen):
+    """elementwise_affine=False (no weight, no dw) and a normalized_shape of several dims, as
+    torch's module computes them."""
+    x = torch.randn(6, 4, 64, generator=gen).to(device, dtype)
+    for shape, affine in (((64,), False), ((4, 64), True), ((4, 64), False)):
+        ref = torch.nn.RMSNorm(shape, 1e-6, affine, device=device)
+        if affine:
+            with torch.no_grad():
+                ref.weight.copy_(1 + 0.1 * torch.randn(shape, generator=gen))
+        ours = cr.RMSNorm(shape, 1e-6, affine, device=device)
+        ours.load_state_dict(ref.state_dict())
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = ours(xa), ref(xb)
+        assert ya.shape == x.shape and ya.dtype == dtype
+        assert_close_unit(ya, yb.float(), f"y {shape} {affine}")
+        ya.float().sum().backward()
+        yb.float().sum().backward()
+        assert_close_unit(xa.grad, xb.grad.float(), "dx")
+        if affine:
+            assert ours.weight.grad.shape == shape and rel_l2(ours.weight.grad, ref.weight.grad) < 1e-2
+        else:
+            assert ours.weight is None and set(ours.state_dict()) == set()
+    with pytest.raises(ValueError, match="normalized_shape"):
+        cr.RMSNorm((4, 64))(torch.randn(2, 64, 4))
+
+
+def test_fp64_computed_in_fp64():
+    m = cr.RMSNorm(16, 1e-6, dtype=torch.float64)
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 16, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: m(t), (x,))
+    ref = torch.nn.RMSNorm(16, 1e-6, dtype=torch.float64)
+    ref.load_state_dict(m.state_dict())
+    assert torch.allclose(m(x), ref(x), atol=1e-12)
+
+
 @pytest.mark.parametrize("device", devices())
 def test_frozen_weight_skips_dw(device, gen):
-    m = cr.RMSNorm(512, device=device, dtype=BF)
+    m = cr.RMSNorm(512, eps=1e-6, device=device, dtype=BF)
     m.weight.requires_grad_(False)
     x = make_rows(8, 512, BF, device, 1.0, None, 0, gen).contiguous().requires_grad_()
     m(x).float().sum().backward()
@@ -117,8 +175,8 @@ def test_accumulate_refusals():
         cr.cake_rmsnorm_train_backward(x, x, w, rstd, dw=torch.zeros(64), weight_grad=False)
     with pytest.raises(ValueError, match="main_grad must be float32"):
         cr.cake_rmsnorm(x, w, 1e-6, main_grad=torch.zeros(64, dtype=BF))
-    with pytest.raises(ValueError, match="hidden_size must be"):
-        cr.RMSNorm((4, 4))
+    with pytest.raises(ValueError, match="normalized_shape must be"):
+        cr.RMSNorm((4, 0))
 
 
 # ---------------------------------------------------------------- Hugging Face patching
@@ -183,10 +241,12 @@ def test_patched_context_and_unknown_norms():
             super().__init__()
             self.norm = torch.nn.LayerNorm(16)
             self.rms = torch.nn.RMSNorm(16)
+            self.bare = torch.nn.RMSNorm((2, 8), elementwise_affine=False)
 
     m = Custom()
     with cr.patched(m) as report:
         assert isinstance(m.rms, cr.RMSNorm) and isinstance(m.norm, torch.nn.LayerNorm)
+        assert isinstance(m.bare, cr.RMSNorm) and m.bare.weight is None and m.bare.normalized_shape == (2, 8)
         assert report.skipped == [("norm", "LayerNorm", "not a known RMSNorm class")]
     assert isinstance(m.rms, torch.nn.RMSNorm)
 

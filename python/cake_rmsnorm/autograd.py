@@ -55,6 +55,9 @@ class CakeRMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y, grad_h=None):
+        if torch.is_grad_enabled():  # create_graph=True: a graph of this backward is asked for
+            raise RuntimeError("cake_rmsnorm has no second-order derivative: its fused backward cannot be "
+                               "differentiated (backward with create_graph=True through it)")
         xs, w, rstd, main_grad = ctx.saved_tensors
         g_res = grad_h if ctx.has_residual else None
         dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])

@@ -154,6 +154,10 @@ def cake_rmsnorm_train_forward(
         _check_out(residual_out, x, x.shape, x.dtype, "residual_out")
     C.check_no_overlap({"out": out, "rstd": rstd, "residual_out": residual_out},
                        {"x": x, "w": w, "residual": residual})
+    if (out is not None or residual_out is not None) and torch.is_grad_enabled() and (
+            x.requires_grad or w.requires_grad or (residual is not None and residual.requires_grad)):
+        raise ValueError("out= / residual_out= write caller buffers, which autograd cannot follow, and the "
+                         "inputs require grad: call cake_rmsnorm (autograd) or run under torch.no_grad()")
 
     C.check_layout(x, "x")
     if residual is not None:

@@ -1,6 +1,7 @@
 """`RMSNorm`, a drop-in `torch.nn.Module`, and `patch()` for Hugging Face models."""
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -13,55 +14,59 @@ from .autograd import apply
 __all__ = ["RMSNorm", "patch", "unpatch", "patched", "PatchReport"]
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm over the last dimension, with the fused kernels.
-
-    Behaves like ``torch.nn.RMSNorm(hidden_size, eps)`` (same ``weight`` parameter and state
-    dict), or, with ``zero_centered=True``, like Gemma's norm: ``y = norm(x) * (1 + weight)``
-    computed with an FP32 effective weight, ``weight`` initialised to zeros and kept in the
-    dtype it was created with (FP32 if the model keeps it so).
+class RMSNorm(nn.RMSNorm):
+    """``torch.nn.RMSNorm`` with the fused kernels: the same constructor, attributes, ``weight``
+    and state dict (``isinstance(m, torch.nn.RMSNorm)`` holds), plus keyword-only options.
 
     ``forward(x)`` returns y; ``forward(x, residual)`` returns ``(y, h_new)`` with
     ``h_new = cast(x + residual)`` normalised (the fused pre-norm residual add).
 
     Parameters
     ----------
-    hidden_size : int or tuple of one int
+    normalized_shape : int or tuple of ints
+        The trailing dimensions normalised over, as torch's; several are served as one row of
+        their product (the input's trailing dimensions must match).
     eps : float or None
         None takes ``torch.finfo(x.dtype).eps`` at each call, as torch.nn.RMSNorm does.
-    zero_centered : bool
-        Gemma-style ``1 + weight``.
-    deterministic : bool
+    elementwise_affine : bool
+        False: no weight (y = x_hat), no dw.
+    device, dtype
+        Of the weight, as torch's.
+    zero_centered : bool, keyword-only
+        Gemma-style ``y = norm(x) * (1 + weight)`` computed with an FP32 effective weight,
+        ``weight`` initialised to zeros and kept in the dtype it was created with.
+    deterministic : bool, keyword-only
         Reproducible dw bits (see ``cake_rmsnorm_train_backward``).
-    accumulate_main_grad : bool
-        When ``weight.main_grad`` (FP32 [H]) exists, the backward adds dw into it in place and
+    accumulate_main_grad : bool, keyword-only
+        When ``weight.main_grad`` (FP32) exists, the backward adds dw into it in place and
         leaves ``weight.grad`` alone (Megatron-style gradient buffers).
 
     Notes
     -----
     BF16, FP16 and FP32 activations run the kernels. FP32 ones are the residual stream of
     mixed precision: under ``torch.autocast`` y comes back in the autocast dtype (the cast the
-    next matmul makes, done in the same pass). Inputs the kernels do not take (FP64, a width
-    that is not a multiple of 8, FP32 rows wider than 16384 on CUDA, a device other than CPU or
-    CUDA) run the eager formula instead, so the module can replace a norm in any model. A
-    weight with ``requires_grad=False`` costs no dw work.
+    next matmul makes, done in the same pass). Inputs the kernels do not take (FP64, computed
+    in FP64; a width that is not a multiple of 8; FP32 rows wider than 16384 on CUDA; a device
+    other than CPU or CUDA) run the eager formula instead, so the module can replace a norm in
+    any model. A weight with ``requires_grad=False`` costs no dw work.
     """
 
-    def __init__(self, hidden_size, eps: Optional[float] = 1e-6, zero_centered: bool = False,
-                 deterministic: bool = True, accumulate_main_grad: bool = False, device=None, dtype=None):
-        super().__init__()
-        if isinstance(hidden_size, (tuple, list, torch.Size)):
-            if len(hidden_size) != 1:
-                raise ValueError(f"hidden_size must be an int or a 1-tuple, got {tuple(hidden_size)}")
-            hidden_size = hidden_size[0]
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0:
-            raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
-        self.normalized_shape = (hidden_size,)
-        self.eps = eps
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
+                 device=None, dtype=None, *, zero_centered: bool = False, deterministic: bool = True,
+                 accumulate_main_grad: bool = False):
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if not shape or any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 for n in shape):
+            raise ValueError(f"normalized_shape must be a positive int or a tuple of them, got {normalized_shape!r}")
+        for name, v in (("elementwise_affine", elementwise_affine), ("zero_centered", zero_centered),
+                        ("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+        if zero_centered and not elementwise_affine:
+            raise ValueError("zero_centered needs a weight (elementwise_affine=True)")
+        super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
         self.zero_centered = zero_centered
         self.deterministic = deterministic
         self.accumulate_main_grad = accumulate_main_grad
-        self.weight = nn.Parameter(torch.empty(hidden_size, device=device, dtype=dtype))
         self.reset_parameters()
 
     @property
@@ -74,24 +79,32 @@ class RMSNorm(nn.Module):
         self._eps = None if value is None else check_eps(value)
 
     def reset_parameters(self):
-        with torch.no_grad():
-            self.weight.fill_(0.0 if self.zero_centered else 1.0)
+        if self.weight is not None:
+            with torch.no_grad():
+                self.weight.fill_(0.0 if getattr(self, "zero_centered", False) else 1.0)
 
     @classmethod
     def from_module(cls, module: nn.Module, zero_centered: bool, eps: Optional[float], **kwargs):
         """A RMSNorm sharing ``module.weight`` (the same Parameter object, so optimizer state
-        and tied references keep working)."""
-        w = module.weight
-        new = cls(w.shape[0], eps=eps, zero_centered=zero_centered, device="meta", **kwargs)
-        new.weight = w
+        and tied references keep working); a module without a weight gives one without."""
+        w = getattr(module, "weight", None)
+        shape = getattr(module, "normalized_shape", None) or tuple(w.shape)
+        new = cls(shape, eps=eps, elementwise_affine=w is not None, device="meta", zero_centered=zero_centered,
+                  **kwargs)
+        if w is not None:
+            new.weight = w
         return new
 
     def extra_repr(self):
-        return (f"{self.normalized_shape}, eps={self.eps}, zero_centered={self.zero_centered}, "
-                f"deterministic={self.deterministic}")
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"zero_centered={self.zero_centered}, deterministic={self.deterministic}")
 
-    def _effective_weight(self, dtype):
+    def _effective_weight(self, dtype, width, device):
         w = self.weight
+        if w is None:
+            return torch.ones(width, dtype=torch.float32, device=device)
+        if w.dim() != 1:
+            w = w.reshape(width)
         if self.zero_centered:
             return 1.0 + w.float()
         if w.dtype in (dtype, torch.float32) or (dtype == torch.float32 and w.dtype in HALF_DTYPES):
@@ -100,16 +113,26 @@ class RMSNorm(nn.Module):
 
     def _eager(self, x, residual):
         h = x if residual is None else x + residual
-        hf = h.float()
+        k = len(self.normalized_shape)
+        hf = h.double() if h.dtype == torch.float64 else h.float()
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
-        y = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * self._effective_weight(torch.float32).float()
+        dims = tuple(range(-k, 0))
+        y = hf * torch.rsqrt(hf.pow(2).mean(dims, keepdim=True) + eps)
+        if self.weight is not None:
+            w = self.weight.to(hf.dtype)
+            y = y * (1.0 + w if self.zero_centered else w)
         y = y.to(x.dtype)
         return y if residual is None else (y, h)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
-        if (x.dtype not in ACT_DTYPES or x.device.type not in ("cpu", "cuda") or x.shape[-1] % 8
-                or (residual is not None and residual.dtype != x.dtype)
-                or (x.dtype == torch.float32 and x.is_cuda and x.shape[-1] > FP32_CUDA_MAX_HIDDEN)):
+        k = len(self.normalized_shape)
+        if tuple(x.shape[-k:]) != self.normalized_shape:
+            raise ValueError(f"x's trailing dimensions {tuple(x.shape[-k:])} must be normalized_shape "
+                             f"{self.normalized_shape}")
+        width = x.shape[-1] if k == 1 else math.prod(self.normalized_shape)
+        if (x.dtype not in ACT_DTYPES or x.device.type not in ("cpu", "cuda") or width % 8
+                or (residual is not None and (residual.dtype != x.dtype or residual.shape != x.shape))
+                or (x.dtype == torch.float32 and x.is_cuda and width > FP32_CUDA_MAX_HIDDEN)):
             return self._eager(x, residual)
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         out_dtype = None
@@ -119,11 +142,22 @@ class RMSNorm(nn.Module):
             ac = torch.get_autocast_dtype(x.device.type)
             out_dtype = ac if ac in HALF_DTYPES else None
         main_grad = None
-        if self.accumulate_main_grad and self.weight.requires_grad:
+        if self.accumulate_main_grad and self.weight is not None and self.weight.requires_grad:
             main_grad = getattr(self.weight, "main_grad", None)
+            if main_grad is not None and k > 1:
+                main_grad = main_grad.view(width)
+        w = self._effective_weight(x.dtype, width, x.device)
+        if k > 1:  # several trailing dims: one row of their product
+            shape = x.shape
+            x = x.reshape(*shape[:-k], width)
+            residual = residual.reshape(*shape[:-k], width) if residual is not None else None
+            out = apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+            if residual is None:
+                return out.view(shape)
+            return out[0].view(shape), out[1].view(shape)
         # The ops take any layout (N-D views whose rows do not collapse are copied once) and
         # check shapes; the module's eps was checked when it was set.
-        return apply(x, self._effective_weight(x.dtype), eps, residual, self.deterministic, main_grad, out_dtype)
+        return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
 
 
 # Hugging Face norm classes by name -> zero-centred (Gemma's 1 + w).
@@ -162,15 +196,16 @@ def _eps_of(module):
     for name in ("variance_epsilon", "eps"):
         if hasattr(module, name):
             return getattr(module, name)
-    return 1e-6
+    return 1e-6  # transformers' RMSNorm default
 
 
 def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bool = False) -> PatchReport:
     """Replace the RMSNorm modules of a Hugging Face ``transformers`` model in place.
 
     Llama, Mistral, Qwen2, Qwen3 (q/k per-head norms included), Gemma, Gemma 2 and Gemma 3
-    (zero-centred) and ``torch.nn.RMSNorm`` modules become :class:`RMSNorm` modules that share
-    the original weight Parameter and keep its eps. Other modules whose class name looks like a
+    (zero-centred) and ``torch.nn.RMSNorm`` modules (any normalized_shape, with or without a
+    weight) become :class:`RMSNorm` modules that share the original weight Parameter and keep
+    its eps. Other modules whose class name looks like a
     norm are left alone and listed in ``report.skipped``. ``unpatch(model, report)`` (or the
     ``patched`` context manager) restores the originals.
     """
@@ -179,8 +214,9 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         if not path or isinstance(module, RMSNorm):
             continue
         cls = type(module).__name__
-        if cls in KNOWN_NORMS and isinstance(getattr(module, "weight", None), nn.Parameter):
-            if cls == "RMSNorm" and not isinstance(module, nn.RMSNorm):
+        torch_norm = type(module) is nn.RMSNorm  # with or without a weight, any normalized_shape
+        if torch_norm or (cls in KNOWN_NORMS and isinstance(getattr(module, "weight", None), nn.Parameter)):
+            if cls == "RMSNorm" and not torch_norm:
                 report.skipped.append((path, cls, "unknown RMSNorm class"))
                 continue
             new = RMSNorm.from_module(module, KNOWN_NORMS[cls], _eps_of(module), deterministic=deterministic,
