@@ -14,7 +14,8 @@ from ._version import __version__
 from ._lib import built_archs, library_path, ops, windows as _windows
 from . import _registrations  # noqa: F401  (fakes and autograd of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
-from .nn import PatchReport, RMSNorm, patch, patched, unpatch
+from .nn import RMSNorm
+from .patching import PatchReport, patch, patched, probe_norm, unpatch
 from .functional import (
     cake_rmsnorm_train_backward,
     cake_rmsnorm_train_backward_workspace,
@@ -126,4 +127,5 @@ __all__ = [
     "unpatch",
     "patched",
     "PatchReport",
+    "probe_norm",
 ]

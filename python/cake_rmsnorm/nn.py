@@ -1,9 +1,7 @@
-"""`RMSNorm`, a drop-in `torch.nn.Module`, and `patch()` for Hugging Face models."""
+"""`RMSNorm`: a `torch.nn.RMSNorm` subclass that runs the fused kernels."""
 
-import contextlib
 import math
-from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import nn
@@ -11,7 +9,7 @@ from torch import nn
 from ._checks import ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps
 from .autograd import apply
 
-__all__ = ["RMSNorm", "patch", "unpatch", "patched", "PatchReport"]
+__all__ = ["RMSNorm"]
 
 
 class RMSNorm(nn.RMSNorm):
@@ -158,90 +156,3 @@ class RMSNorm(nn.RMSNorm):
         # The ops take any layout (N-D views whose rows do not collapse are copied once) and
         # check shapes; the module's eps was checked when it was set.
         return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
-
-
-# Hugging Face norm classes by name -> zero-centred (Gemma's 1 + w).
-KNOWN_NORMS = {
-    "LlamaRMSNorm": False,
-    "MistralRMSNorm": False,
-    "Qwen2RMSNorm": False,
-    "Qwen3RMSNorm": False,
-    "Qwen3MoeRMSNorm": False,
-    "GemmaRMSNorm": True,
-    "Gemma2RMSNorm": True,
-    "Gemma3RMSNorm": True,
-    "RMSNorm": False,  # torch.nn.RMSNorm
-}
-
-
-@dataclass
-class PatchReport:
-    """What ``patch`` changed: ``replaced`` [(module path, class name)], ``skipped``
-    [(module path, class name, reason)] for norm-like modules left alone."""
-
-    replaced: List[Tuple[str, str]] = field(default_factory=list)
-    skipped: List[Tuple[str, str, str]] = field(default_factory=list)
-    _originals: dict = field(default_factory=dict, repr=False)
-
-    def __bool__(self):
-        return bool(self.replaced)
-
-
-def _set_submodule(model, path, module):
-    parent, _, child = path.rpartition(".")
-    setattr(model.get_submodule(parent) if parent else model, child, module)
-
-
-def _eps_of(module):
-    for name in ("variance_epsilon", "eps"):
-        if hasattr(module, name):
-            return getattr(module, name)
-    return 1e-6  # transformers' RMSNorm default
-
-
-def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bool = False) -> PatchReport:
-    """Replace the RMSNorm modules of a Hugging Face ``transformers`` model in place.
-
-    Llama, Mistral, Qwen2, Qwen3 (q/k per-head norms included), Gemma, Gemma 2 and Gemma 3
-    (zero-centred) and ``torch.nn.RMSNorm`` modules (any normalized_shape, with or without a
-    weight) become :class:`RMSNorm` modules that share the original weight Parameter and keep
-    its eps. Other modules whose class name looks like a
-    norm are left alone and listed in ``report.skipped``. ``unpatch(model, report)`` (or the
-    ``patched`` context manager) restores the originals.
-    """
-    report = PatchReport()
-    for path, module in list(model.named_modules()):
-        if not path or isinstance(module, RMSNorm):
-            continue
-        cls = type(module).__name__
-        torch_norm = type(module) is nn.RMSNorm  # with or without a weight, any normalized_shape
-        if torch_norm or (cls in KNOWN_NORMS and isinstance(getattr(module, "weight", None), nn.Parameter)):
-            if cls == "RMSNorm" and not torch_norm:
-                report.skipped.append((path, cls, "unknown RMSNorm class"))
-                continue
-            new = RMSNorm.from_module(module, KNOWN_NORMS[cls], _eps_of(module), deterministic=deterministic,
-                                      accumulate_main_grad=accumulate_main_grad)
-            new.train(module.training)
-            _set_submodule(model, path, new)
-            report.replaced.append((path, cls))
-            report._originals[path] = module
-        elif "norm" in cls.lower():
-            report.skipped.append((path, cls, "not a known RMSNorm class"))
-    return report
-
-
-def unpatch(model: nn.Module, report: PatchReport) -> None:
-    """Put back the modules ``patch`` replaced."""
-    for path, module in report._originals.items():
-        _set_submodule(model, path, module)
-    report._originals.clear()
-
-
-@contextlib.contextmanager
-def patched(model: nn.Module, **kwargs):
-    """``with patched(model) as report:`` patch for the block, restore after it."""
-    report = patch(model, **kwargs)
-    try:
-        yield report
-    finally:
-        unpatch(model, report)

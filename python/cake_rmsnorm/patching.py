@@ -1,0 +1,166 @@
+"""`patch()`: swap the RMSNorm modules of a model for :class:`RMSNorm`, recognised by what they
+compute rather than by their class names."""
+
+import contextlib
+import inspect
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from .nn import RMSNorm
+
+__all__ = ["patch", "unpatch", "patched", "PatchReport", "probe_norm"]
+
+_EPS_NAMES = ("variance_epsilon", "eps", "epsilon", "rms_norm_eps")
+# A probe output within this of x_hat * w (or x_hat * (1 + w)), relative to its largest value,
+# is that formula: BF16 weights and a module's own roundings stay far inside it, while a bias,
+# a mean subtraction, a missing weight or a wrong eps miss it by tens of percent.
+_PROBE_TOL = 2e-2
+
+
+@dataclass
+class PatchReport:
+    """What ``patch`` changed: ``replaced`` [(module path, class name)], ``skipped``
+    [(module path, class name, reason)] for norm-like modules left alone."""
+
+    replaced: List[Tuple[str, str]] = field(default_factory=list)
+    skipped: List[Tuple[str, str, str]] = field(default_factory=list)
+    _originals: dict = field(default_factory=dict, repr=False)
+
+    def __bool__(self):
+        return bool(self.replaced)
+
+
+def _eps_of(module):
+    for name in _EPS_NAMES:
+        v = getattr(module, name, None)
+        if isinstance(v, numbers.Real) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _extra_forward_args(module) -> bool:
+    """True when forward takes more than the input (a gate, a residual of its own, ...): the
+    replacement would drop it, or read it as our residual."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    return len([p for p in params if p.kind not in (p.VAR_KEYWORD,)]) != 1
+
+
+def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
+    """(zero_centered, "") when ``module`` computes an RMSNorm over its last dimension with its
+    1-D ``weight`` and its eps, as ``x_hat * w`` (False) or Gemma's ``x_hat * (1 + w)`` (True),
+    checked on two probe inputs (one at a scale where eps matters); else (None, the reason)."""
+    w = getattr(module, "weight", None)
+    if not isinstance(w, nn.Parameter) or w.dim() != 1:
+        return None, "no 1-D weight parameter"
+    if getattr(module, "bias", None) is not None:
+        return None, "has a bias"
+    eps = _eps_of(module)
+    if eps is None:
+        return None, "no eps attribute (variance_epsilon or eps)"
+    if _extra_forward_args(module):
+        return None, "forward takes more than the input (a gated or fused variant)"
+    if w.is_meta:
+        return None, "weight on the meta device: nothing to probe"
+    H = w.shape[0]
+    gen = torch.Generator().manual_seed(H)
+    base = (torch.randn(3, H, generator=gen, dtype=torch.float64) + 0.5)
+    kinds = None
+    for scale in (1.0, math.sqrt(max(eps, 1e-12))):
+        x = (base * scale).to(torch.float32)
+        try:
+            with torch.no_grad():
+                y = module(x.to(w.device))
+        except Exception as e:  # whatever the module refuses, it is not ours to replace
+            return None, f"probe call failed ({type(e).__name__}: {str(e)[:80]})"
+        if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+            return None, "forward does not return one tensor of the input's shape"
+        xd = x.double()
+        xhat = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+        wd = w.detach().double().cpu()
+        errs = {}
+        for zc, ww in ((False, wd), (True, 1.0 + wd)):
+            ref = xhat * ww
+            den = ref.abs().max().item() or 1.0
+            errs[zc] = (y.detach().double().cpu() - ref).abs().max().item() / den
+        ok = {zc for zc, e in errs.items() if e <= _PROBE_TOL}
+        kinds = ok if kinds is None else kinds & ok
+        if not kinds:
+            return None, (f"computes something else (relative error {min(errs.values()):.2g} against "
+                          f"x_hat * w and x_hat * (1 + w) at scale {scale:.2g})")
+    return (True in kinds), ""
+
+
+def _set_submodule(model, path, module):
+    parent, _, child = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def _norm_like(module) -> bool:
+    return "norm" in type(module).__name__.lower()
+
+
+def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bool = False) -> PatchReport:
+    """Replace the RMSNorm modules of a model (``transformers`` or any other) in place.
+
+    A module is replaced when it computes an RMSNorm: ``torch.nn.RMSNorm`` (any
+    normalized_shape, with or without a weight), or a module with a 1-D ``weight``, an eps
+    attribute and a forward of the input alone whose output on two probe inputs is
+    ``x_hat * w`` (Llama, Mistral, Qwen, Phi-3, OLMo, Granite, DeepSeek, GLM, ...) or Gemma's
+    ``x_hat * (1 + w)``. The :class:`RMSNorm` that replaces it shares the original weight
+    Parameter (optimizer state and tied references keep working) and keeps its eps. Other
+    norm-like modules are left alone and listed in ``report.skipped`` with the reason; a
+    warning names the RMSNorm-like ones. ``unpatch(model, report)`` (or the ``patched`` context
+    manager) restores the originals.
+    """
+    report = PatchReport()
+    for path, module in list(model.named_modules()):
+        if not path or isinstance(module, RMSNorm):
+            continue
+        cls = type(module).__name__
+        if type(module) is nn.RMSNorm:
+            zero_centered, eps = False, module.eps
+        elif _norm_like(module) and not list(module.children()):
+            zero_centered, reason = probe_norm(module)
+            if zero_centered is None:
+                report.skipped.append((path, cls, reason))
+                continue
+            eps = _eps_of(module)
+        else:
+            continue
+        new = RMSNorm.from_module(module, zero_centered, eps, deterministic=deterministic,
+                                  accumulate_main_grad=accumulate_main_grad)
+        new.train(module.training)
+        _set_submodule(model, path, new)
+        report.replaced.append((path, cls))
+        report._originals[path] = module
+    missed = sorted({(cls, reason) for _, cls, reason in report.skipped if "rms" in cls.lower()})
+    if missed:
+        warnings.warn("cake_rmsnorm.patch left these RMSNorm-like modules alone: "
+                      + "; ".join(f"{c} ({r})" for c, r in missed), stacklevel=2)
+    return report
+
+
+def unpatch(model: nn.Module, report: PatchReport) -> None:
+    """Put back the modules ``patch`` replaced."""
+    for path, module in report._originals.items():
+        _set_submodule(model, path, module)
+    report._originals.clear()
+
+
+@contextlib.contextmanager
+def patched(model: nn.Module, **kwargs):
+    """``with patched(model) as report:`` patch for the block, restore after it."""
+    report = patch(model, **kwargs)
+    try:
+        yield report
+    finally:
+        unpatch(model, report)
