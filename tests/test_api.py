@@ -140,6 +140,21 @@ def test_backward_refusals(kwargs, exc, match):
         cr.cake_rmsnorm_train_backward(g, x, w, rstd, **args)
 
 
+def test_numpy_scalars_and_cudaless_refusals():
+    np = pytest.importorskip("numpy")
+    assert cr.cake_rmsnorm_train_backward_workspace_bytes(np.int64(64), np.int32(512)) == \
+        cr.cake_rmsnorm_train_backward_workspace_bytes(64, 512)
+    x, w = _xw()
+    assert torch.equal(cr.cake_rmsnorm(x, w, np.float32(1e-6)), cr.cake_rmsnorm(x, w, float(np.float32(1e-6))))
+    with pytest.raises(TypeError, match="eps must be a float"):
+        cr.cake_rmsnorm(x, w, np.bool_(True))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            cr.program_windows("fwd", 512)
+        with pytest.raises(ValueError, match="no CUDA device"):
+            cr.cake_rmsnorm_train_backward_workspace(8, 512, device="cuda")
+
+
 @pytest.mark.parametrize(
     "call, exc, match",
     [

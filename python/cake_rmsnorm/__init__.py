@@ -48,6 +48,8 @@ def _device_sm(device) -> int:
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if dev.type != "cuda":
         raise ValueError(f"program_windows needs a CUDA device or an explicit sm, got {dev}")
+    if not torch.cuda.is_available():
+        raise ValueError("program_windows: no CUDA device is available; pass sm= (90, 100, 103 or 107)")
     major, minor = torch.cuda.get_device_capability(dev)
     return major * 10 + minor
 

@@ -1,5 +1,6 @@
 """The training RMSNorm entry points: forward, backward and the backward workspace."""
 
+import numbers
 from typing import Optional, Tuple, Union
 
 import torch
@@ -26,13 +27,16 @@ def _device(device) -> torch.device:
 
 
 def _check_rows_hidden(rows, hidden):
+    """(rows, hidden) as ints: Python or NumPy integers (bools refused)."""
     for name, v in (("rows", rows), ("hidden", hidden)):
-        if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or type(v).__name__ == "bool_":
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    rows, hidden = int(rows), int(hidden)
     if rows < 0:
         raise ValueError(f"rows must be >= 0, got {rows}")
     if hidden <= 0 or hidden % 8:
         raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
+    return rows, hidden
 
 
 def cake_rmsnorm_train_backward_workspace_bytes(rows: int, hidden: int, device=None) -> int:
@@ -56,7 +60,7 @@ def cake_rmsnorm_train_backward_workspace_bytes(rows: int, hidden: int, device=N
         serves every smaller T, and one sized for ``rows >= saturating_workspace_rows(hidden)``
         serves every T.
     """
-    _check_rows_hidden(rows, hidden)
+    rows, hidden = _check_rows_hidden(rows, hidden)
     if device is not None:
         _device(device)
     return workspace_bytes(rows, hidden)
@@ -70,6 +74,8 @@ def cake_rmsnorm_train_backward_workspace(rows: int, hidden: int, device=None) -
     """
     n = cake_rmsnorm_train_backward_workspace_bytes(rows, hidden, device)
     dev = _device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {dev}: no CUDA device is available")
     return torch.zeros(max(n, 16), dtype=torch.uint8, device=dev)
 
 
@@ -293,5 +299,5 @@ def saturating_workspace_rows(hidden: int) -> int:
     """Token count from which the backward workspace size for width ``hidden`` stops growing
     (8192 for hidden <= 256, 65505 up to 512, 32737 up to 2048, 16353 up to 4096, 512 above).
     The size there is the largest any T needs."""
-    _check_rows_hidden(0, hidden)
+    _, hidden = _check_rows_hidden(0, hidden)
     return saturating_rows(hidden)
