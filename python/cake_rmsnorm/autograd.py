@@ -15,6 +15,7 @@ _bwd = ops.bwd.default
 _bwd_dx = ops.bwd_dx.default
 _bwd_out = ops.bwd_out.default
 
+
 def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
     """(dx, dw) of one norm: the fused backward and the dw finalize, which writes dw in w's
     dtype (None when w needs no gradient or main_grad received it in place)."""
@@ -30,8 +31,8 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
 
 
 class CakeRMSNormFunction(torch.autograd.Function):
-    """``apply(x, w, eps, residual=None, deterministic=True, main_grad=None)``, inputs
-    validated by the caller (:func:`cake_rmsnorm` does).
+    """``apply(x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None)``,
+    inputs validated by the caller (:func:`cake_rmsnorm` does).
 
     Returns ``y`` (no residual) or ``(y, h_new)``. The backward is the fused backward kernel
     and the dw finalize, which writes dw in w's dtype itself (FP32 accumulation, one rounding):
