@@ -42,8 +42,6 @@ thread_local bool g_exact_groups = true;
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool stride_ok(int64_t stride, int64_t hidden) { return stride >= hidden; }
-// 16-bit rows of a 16-byte vector kernel: the row stride in bytes is a multiple of 16.
-[[maybe_unused]] bool stride_aligned(int64_t stride) { return (stride * 2) % 16 == 0; }
 
 bool is_dtype(int t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16 || t == CAKE_DTYPE_FP32; }
 int dtype_bytes(cake_dtype_t t) { return t == CAKE_DTYPE_FP32 ? 4 : 2; }
@@ -92,8 +90,9 @@ void with_types(cake_dtype_t x, cake_dtype_t w, cake_dtype_t other, Fn&& fn) {
   }
 }
 
-// CUDA row strides: a multiple of 16 bytes for the element size.
-[[maybe_unused]] bool stride_aligned_as(int64_t stride, cake_dtype_t t) { return (stride * dtype_bytes(t)) % 16 == 0; }
+// CUDA rows of a 16-byte vector kernel: the row stride in bytes, for the element size, is a
+// multiple of 16.
+[[maybe_unused]] bool stride_aligned(int64_t stride, cake_dtype_t t) { return (stride * dtype_bytes(t)) % 16 == 0; }
 
 }  // namespace
 
@@ -135,21 +134,14 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   }
   if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
-  if (a->x_dtype == CAKE_DTYPE_FP32) {
-    if (!cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
-    if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned_as(a->x_row_stride, a->x_dtype) ||
-        !stride_aligned_as(a->y_row_stride, yd) ||
-        (res && (!aligned16(a->residual) || !aligned16(a->h_out) ||
-                 !stride_aligned_as(a->residual_row_stride, a->x_dtype) ||
-                 !stride_aligned_as(a->h_row_stride, a->x_dtype))))
-      return CAKE_ERR_MISALIGNED;
-    return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
-  }
-  if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned(a->x_row_stride) ||
-      !stride_aligned(a->y_row_stride) ||
-      (res && (!aligned16(a->residual) || !aligned16(a->h_out) ||
-               !stride_aligned(a->residual_row_stride) || !stride_aligned(a->h_row_stride))))
+  const cake_dtype_t xd = a->x_dtype;
+  if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
+  if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned(a->x_row_stride, xd) ||
+      !stride_aligned(a->y_row_stride, yd) ||
+      (res && (!aligned16(a->residual) || !aligned16(a->h_out) || !stride_aligned(a->residual_row_stride, xd) ||
+               !stride_aligned(a->h_row_stride, xd))))
     return CAKE_ERR_MISALIGNED;
+  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
   cake::Program prog;
   if (!select_program(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
@@ -222,20 +214,14 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
 #if CAKE_WITH_CUDA
   if (a->rows == 0)
     return want_dw && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
-  if (a->x_dtype == CAKE_DTYPE_FP32) {
-    if (!cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
-    if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
-        !stride_aligned_as(a->g_row_stride, gd) || !stride_aligned_as(a->x_row_stride, a->x_dtype) ||
-        !stride_aligned_as(a->dx_row_stride, a->x_dtype) ||
-        (res && (!aligned16(a->g_residual) || !stride_aligned_as(a->g_residual_row_stride, a->x_dtype))))
-      return CAKE_ERR_MISALIGNED;
-    return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
-  }
+  const cake_dtype_t xd = a->x_dtype;
+  if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
   if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
-      !stride_aligned(a->g_row_stride) || !stride_aligned(a->x_row_stride) ||
-      !stride_aligned(a->dx_row_stride) ||
-      (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride))))
+      !stride_aligned(a->g_row_stride, gd) || !stride_aligned(a->x_row_stride, xd) ||
+      !stride_aligned(a->dx_row_stride, xd) ||
+      (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride, xd))))
     return CAKE_ERR_MISALIGNED;
+  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
   cake::Program prog;
   if (!select_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;

@@ -85,16 +85,15 @@ inline int64_t kernel_row_stride(const Tensor& t) {
   return p % 16 == 0 && (rs * static_cast<int64_t>(t.element_size())) % 16 == 0 ? rs : -1;
 }
 
-inline Tensor dense_copy(const Tensor& t) {
-  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  Tensor c = torch::stable::new_empty(t, sizes, t.scalar_type());
-  torch::stable::copy_(c, t);
-  return c;
-}
-
 inline Tensor new_like(const Tensor& t, ScalarType dtype) {
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   return torch::stable::new_empty(t, sizes, dtype);
+}
+
+inline Tensor dense_copy(const Tensor& t) {
+  Tensor c = new_like(t, t.scalar_type());
+  torch::stable::copy_(c, t);
+  return c;
 }
 
 // x's leading shape (rstd).

@@ -13,7 +13,6 @@ ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 # FP32 activations on CUDA: rows up to this wide (the CPU path serves every width).
 FP32_CUDA_MAX_HIDDEN = 16384
-_ALIGN = 16  # bytes: the kernels move 16-byte vectors
 
 
 def _fake(t: torch.Tensor) -> bool:
@@ -175,28 +174,6 @@ def _collapsible(t: torch.Tensor) -> bool:
     return all(s0 == s1 * n1 for (_, s0), (n1, s1) in zip(lead, lead[1:]))
 
 
-def collapsible_or_copy(t: torch.Tensor) -> torch.Tensor:
-    """t, or a contiguous copy when its layout breaks the N-D rule: for callers that must take
-    any layout (incoming gradients, the nn.Module drop-in)."""
-    if t.dim() > 2 and ((t.shape[-1] > 1 and t.stride(-1) != 1) or not _collapsible(t)):
-        return t.contiguous()
-    return t
-
-
-def _aligned_rows(t: torch.Tensor) -> bool:
-    """A [rows, hidden] view the kernels read and write in place."""
-    es = t.element_size()
-    rows, hidden = t.shape
-    if hidden > 1 and t.stride(1) != 1:
-        return False
-    if rows > 1 and (t.stride(0) < hidden or (t.stride(0) * es) % _ALIGN):
-        return False
-    if _fake(t):
-        # Traced: offsets are not visible here; the op realigns a misaligned tensor itself.
-        return True
-    return (t.storage_offset() * es) % _ALIGN == 0 and t.data_ptr() % _ALIGN == 0
-
-
 def check_layout(t: torch.Tensor, name: str) -> None:
     """The N-D rule: a contiguous last dimension and leading dimensions contiguous with one
     another (2-D inputs of any layout are served, through one copy when needed)."""
@@ -206,30 +183,6 @@ def check_layout(t: torch.Tensor, name: str) -> None:
             f"[rows, hidden]: an N-D input needs a contiguous last dimension and leading "
             f"dimensions contiguous with one another (stride(i) == stride(i+1) * size(i+1))"
         )
-
-
-def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
-    """[..., hidden] -> a [rows, hidden] tensor the kernels accept: a view when the layout
-    allows, else a one-time contiguous copy (2-D inputs only; N-D layouts must collapse)."""
-    check_layout(t, name)
-    t2 = t.reshape(-1, t.shape[-1])
-    return t2 if _aligned_rows(t2) else t2.contiguous()
-
-
-def writable_rows(out: torch.Tensor):
-    """The [rows, hidden] view of a caller output the kernels can write directly, or None."""
-    if out.dim() > 2 and ((out.shape[-1] > 1 and out.stride(-1) != 1) or not _collapsible(out)):
-        return None
-    if out.dim() == 1:
-        out2 = out.view(1, -1) if out.is_contiguous() else None
-    else:
-        try:
-            out2 = out.view(-1, out.shape[-1])
-        except RuntimeError:
-            return None
-    if out2 is None or not _aligned_rows(out2):
-        return None
-    return out2
 
 
 def _byte_range(t: torch.Tensor):

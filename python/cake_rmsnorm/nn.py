@@ -97,10 +97,21 @@ class RMSNorm(nn.RMSNorm):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"zero_centered={self.zero_centered}, deterministic={self.deterministic}")
 
+    def _unit_weight(self, width, device):
+        """The ones a weightless norm runs the kernels with, kept between calls (else every call
+        allocates and fills one); traced graphs make their own."""
+        if torch.compiler.is_compiling():
+            return torch.ones(width, dtype=torch.float32, device=device)
+        t = self.__dict__.get("_unit_w")
+        if t is None or t.device != device or t.numel() != width:
+            t = torch.ones(width, dtype=torch.float32, device=device)
+            self.__dict__["_unit_w"] = t
+        return t
+
     def _effective_weight(self, dtype, width, device):
         w = self.weight
         if w is None:
-            return torch.ones(width, dtype=torch.float32, device=device)
+            return self._unit_weight(width, device)
         if w.dim() != 1:
             w = w.reshape(width)
         if self.zero_centered:
