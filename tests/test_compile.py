@@ -152,3 +152,108 @@ def test_patched_transformers_model(family, amp):
         assert torch.isfinite(loss)
     assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] <= 2
+
+
+def _no_compile_caches():
+    """Inductor's and AOTAutograd's caches skip the passes on a hit: compile afresh."""
+    return torch._inductor.config.patch(fx_graph_cache=False, force_disable_caches=True)
+
+
+def _two_blocks(x, r, w1, w2):
+    """Two pre-norm residual blocks: the adds before each norm and their gradients fuse."""
+    h = x + r
+    y = cr.cake_rmsnorm(h, w1, 1e-6)
+    h2 = h + y * 2.0
+    y2 = cr.cake_rmsnorm(h2, w2, 1e-6)
+    return y2 * 3.0, h2
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_residual_adds_fused(device, dtype, gen):
+    """Under torch.compile the adds before the norms go into fwd_residual and the gradient adds
+    after them into the backward's g_residual: outputs bitwise the eager ones, gradients within
+    the contract of the FP64 result and no farther from it than eager's."""
+    from cake_rmsnorm import _fusion
+    t = 96
+    mk = lambda: (make_rows(t, H, dtype, device, 1.0, None, 0, gen).contiguous().requires_grad_())
+    x, r = mk(), mk()
+    w1, w2 = (make_weight(H, dtype, device, gen).requires_grad_() for _ in range(2))
+    gy = make_rows(t, H, dtype, device, 1.0, None, 0, gen).contiguous()
+    gh = make_rows(t, H, dtype, device, 1.0, None, 0, gen).contiguous()
+    leaves = (x, r, w1, w2)
+
+    def grads(fn, cast):
+        args = [a.detach().to(cast).requires_grad_() for a in leaves]
+        y2, h2 = fn(*args)
+        torch.autograd.backward((y2, h2), (gy.to(cast), gh.to(cast)))
+        return (y2, h2), [a.grad for a in args]
+
+    def ref64(x, r, w1, w2):  # the same graph in FP64
+        def norm(h, w):
+            return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        h = x + r
+        h2 = h + norm(h, w1) * 2.0
+        return norm(h2, w2) * 3.0, h2
+
+    torch._dynamo.reset()
+    before = dict(_fusion.stats)
+    with _no_compile_caches():
+        outs_c, g_c = grads(torch.compile(_two_blocks, fullgraph=True), dtype)
+    assert _fusion.stats["forward"] - before["forward"] == 2
+    assert _fusion.stats["backward"] - before["backward"] == 2
+    outs_e, g_e = grads(_two_blocks, dtype)
+    _, g_ref = grads(ref64, torch.float64)
+    assert torch.equal(outs_c[1], outs_e[1])  # h2: the rounded sums, as eager
+    for name, c, e, ref in zip(("x", "r", "w1", "w2"), g_c, g_e, g_ref):
+        err_c = float((c.double() - ref).norm() / ref.norm())
+        err_e = float((e.double() - ref).norm() / ref.norm())
+        assert err_c <= max(1.05 * err_e, 1e-6), (name, err_c, err_e)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_broadcast_add_not_fused(device, gen):
+    """An add that broadcasts (a bias) is not a residual add: left to inductor, bits as eager."""
+    from cake_rmsnorm import _fusion
+    w = make_weight(H, torch.bfloat16, device, gen).requires_grad_()
+    bias = make_weight(H, torch.bfloat16, device, gen)
+
+    def fn(x):
+        return cr.cake_rmsnorm(x + bias, w, 1e-6)
+
+    before = dict(_fusion.stats)
+    with _no_compile_caches():
+        _compile_and_check(fn, lambda t: (_rows(t, device, gen),), device)
+    assert _fusion.stats == before
+
+
+def test_fusion_pass_chains_and_opts_out(monkeypatch):
+    """The pass joins a pass the user installed (which still runs, first) and stays out when
+    CAKE_RMSNORM_COMPILE_FUSION=0."""
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+    from cake_rmsnorm import _fusion
+    seen = []
+
+    class UserPass(CustomGraphPass):
+        def __call__(self, graph):
+            seen.append(len(graph.nodes))
+
+        def uuid(self):
+            return "user"
+
+    with config.patch(post_grad_custom_post_pass=None):
+        monkeypatch.setenv("CAKE_RMSNORM_COMPILE_FUSION", "0")
+        assert not _fusion.install() and config.post_grad_custom_post_pass is None
+        monkeypatch.delenv("CAKE_RMSNORM_COMPILE_FUSION")
+    user = UserPass()
+    with config.patch(post_grad_custom_post_pass=user):
+        assert _fusion.install()
+        installed = config.post_grad_custom_post_pass
+        assert installed is not user and installed.then is user
+        assert _fusion.install() and config.post_grad_custom_post_pass is installed  # idempotent
+        assert installed.uuid()[1] == "user"
+        g = torch.fx.Graph()
+        g.output(g.placeholder("x"))
+        installed(g)
+        assert seen == [2]

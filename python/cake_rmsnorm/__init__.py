@@ -12,7 +12,7 @@ import torch
 
 from ._version import __version__
 from ._lib import built_archs, library_path, ops, windows as _windows
-from . import _registrations  # noqa: F401  (fakes and autograd of the ops)
+from . import _registrations  # noqa: F401  (fakes of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
 from .nn import RMSNorm
 from .patching import PatchReport, patch, patched, probe_norm, unpatch

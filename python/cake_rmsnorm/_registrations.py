@@ -10,6 +10,7 @@ the forward op, docs/perf/h200-host.md). Backpropagating through a bare op gets 
 
 import torch
 
+from ._fusion import install as _install_fusion
 from ._lib import ops  # noqa: F401  (loads the library that defines the ops)
 
 _NS = "cake_rmsnorm"
@@ -17,6 +18,7 @@ _NS = "cake_rmsnorm"
 
 @torch.library.register_fake(f"{_NS}::fwd")
 def _fwd_fake(x, w, eps, out_dtype=None):
+    _install_fusion()  # tracing under torch.compile: inductor's pass for the residual adds
     return x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
@@ -38,11 +40,13 @@ def _fwd_residual_out_fake(x, residual, w, eps, y, rstd, h_new):
 
 @torch.library.register_fake(f"{_NS}::bwd")
 def _bwd_fake(g, x, w, rstd, g_residual, deterministic, dw_in_w_dtype=False):
+    _install_fusion()
     return x.new_empty(x.shape), x.new_empty(x.shape[-1:], dtype=w.dtype if dw_in_w_dtype else torch.float32)
 
 
 @torch.library.register_fake(f"{_NS}::bwd_dx")
 def _bwd_dx_fake(g, x, w, rstd, g_residual):
+    _install_fusion()
     return x.new_empty(x.shape)
 
 
