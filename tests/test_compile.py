@@ -1,6 +1,7 @@
 """Every entry point under torch.compile(fullgraph=True, dynamic=True): no graph break, at most
 one recompile across token counts, and the compiled results equal the eager ones bitwise (the
-same kernels run). eps is passed as a Python float, as an argument and as a module attribute,
+same kernels run; graphs with a residual add next to a norm, which the fusion pass rewrites,
+are held to the FP64 result instead). eps is passed as a Python float, as an argument and as a module attribute,
 the way models call a norm (torch's default specialize_float=False makes it symbolic)."""
 
 import pytest

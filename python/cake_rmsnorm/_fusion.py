@@ -8,8 +8,9 @@ add kernels a step, 0.13 ms of GPU time and their launches on the host). This pa
 adds to the kernels that already take them:
 
 - forward: ``fwd(add(a, b), w, eps)`` becomes ``fwd_residual(a, b, w, eps)``, whose ``h_new``
-  replaces the add's other uses. Same bits: both round ``a + b`` once and normalise the
-  rounded sum.
+  replaces the add's other uses. ``h_new`` has the add's bits (one rounding of ``a + b``); y
+  is the residual route's normalisation of it, which at some widths (1536, 5120, 6144, ...)
+  may differ from the plain route's in the last bit (docs/python_api.md).
 - backward: ``add(dx, other)``, where the add is dx's only use, becomes the backward's
   ``g_residual = other``: one rounding of the FP32 sum instead of two (so dx may differ from
   the eager graph's in the last place, nearer to the exact value).
@@ -127,8 +128,8 @@ def _ancestors_include(start, target, limit=100000):
 
 
 def _fuse_backward(graph, node):
-    if _arg(node, 4, "g_residual") is not None:
-        return False
+    if len(node.args) < 4 or _arg(node, 4, "g_residual") is not None:
+        return False  # (g, x, w, rstd) positional, as traced graphs hold them
     if node.target is _BWD:
         items = _getitems(node)
         if items is None or 0 not in items:
