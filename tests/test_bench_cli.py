@@ -92,3 +92,18 @@ def test_floor_moves_each_ops_traffic_and_stays_out_of_the_peers():
     assert "floor us" in md and "| tc | 3.0 | 1.50x |" in md and md.rstrip().endswith("| 1.0 | 1 |")
     without = {k: v for k, v in row.items() if k != "floor_us"}
     assert "floor" not in markdown([without], "t")
+
+
+def test_host_mode_times_every_arm(tmp_path):
+    """`bench --host` (the host-cost benchmark) runs on the machine at hand: every arm that is
+    installed gets fwd, fwd with grad and fwd + bwd, and the table compares with F.rms_norm."""
+    out = tmp_path / "host"
+    assert main(["--host", "--hidden", "512", "--tokens", "8", "--calls", "20", "--out", str(out)]) == 0
+    data = json.load(open(str(out) + ".json"))
+    rows = data["rows"]
+    arms = {r["arm"] for r in rows}
+    assert {"cake", "cake RMSNorm", "F.rms_norm"} <= arms, arms
+    for a in arms:
+        assert {r["op"] for r in rows if r["arm"] == a} == {"fwd", "fwd_grad", "fwd_bwd"}
+    assert all(r["us"] > 0 and r["T"] == 8 and r["H"] == 512 for r in rows)
+    assert "vs F.rms_norm" in open(str(out) + ".md").read()
