@@ -1,6 +1,6 @@
 """Split benchmark runs (python -m cake_rmsnorm bench --out ...) into the forward and backward
 result files of docs/perf: h200-forward.json (op fwd) and h200-backward.json (op bwd, step),
-rows {"op", "H", "T", "residual", "weight", "per_head", "mode", "us": {impl: us}}, each with
+rows {"op", "H", "T", "residual", "weight", "per_head", "mode", "path", "dtype", "us": {impl: us}}, each with
 the bench's markdown table (.md) and GB/s plot (.png, where matplotlib imports) beside it.
 Each run is one paired measurement; rows keep the run they come from ("run"), and no row
 mixes runs.
@@ -13,7 +13,7 @@ import argparse
 import json
 import math
 
-from cake_rmsnorm.bench.run import logical_bytes, markdown, plot
+from cake_rmsnorm.bench.run import ESIZE, logical_bytes, markdown, plot
 
 
 def main():
@@ -27,11 +27,13 @@ def main():
         if meta is None:
             meta = {k: run[k] for k in ("gpu", "torch", "copy_TBps", "timing")}
         for r in run["rows"]:
-            key = (r["op"], r["H"], r["T"], r["residual"], r["weight"], r["per_head"], r["mode"])
+            key = (r["op"], r["H"], r["T"], r["residual"], r["weight"], r["per_head"], r["mode"], r.get("path", "op"))
             if key in seen:  # the first run listed owns a shape
                 continue
             seen.add(key)
             row = {k: r[k] for k in ("op", "H", "T", "residual", "weight", "per_head", "mode", "us")}
+            row["path"] = r.get("path", "op")  # rows from before the path field are the op path's
+            row["dtype"] = r.get("dtype", "bf16")
             if "floor_us" in r:  # the traffic floor (bench --floor), a reference and not a peer
                 row["floor_us"] = r["floor_us"]
             row["run"] = path.rsplit("/", 1)[-1]
@@ -40,18 +42,19 @@ def main():
         with open(f"{args.out}-{name}.json", "w") as f:
             json.dump({**meta, "runs": args.runs, "rows": rows}, f, indent=1)
         # The table and plot take each row's logical bytes (a per-head row has T * heads rows).
-        sized = [dict(r, bytes=logical_bytes(r["op"], r["T"] * (r["per_head"] or 1), r["H"], r["residual"]))
-                 for r in rows]
+        sized = [dict(r, bytes=logical_bytes(r["op"], r["T"] * (r["per_head"] or 1), r["H"], r["residual"],
+                                             ESIZE[r["dtype"]], ESIZE[r["weight"]])) for r in rows]
         title = f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}; from {', '.join(args.runs)}"
         with open(f"{args.out}-{name}.md", "w") as f:
             f.write(markdown(sized, title))
-        plot(sized, f"{args.out}-{name}.png")
-        for op in sorted({r["op"] for r in rows}):
-            sel = [r for r in rows if r["op"] == op]
+        headline = [r for r in sized if r["path"] == "autograd"] or sized  # one curve an arm
+        plot(headline, f"{args.out}-{name}.png")
+        for op, path in sorted({(r["op"], r["path"]) for r in rows}):
+            sel = [r for r in rows if r["op"] == op and r["path"] == path]
             ratios = [min(v for k, v in r["us"].items() if k != "cake") / r["us"]["cake"] for r in sel]
             small = [x for x, r in zip(ratios, sel) if r["T"] <= 4096]
             gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")  # noqa: E731
-            print(f"{op}: {len(sel)} rows, geomean vs best peer {gm(ratios):.3f}x (T<=4096 {gm(small):.3f}x), "
+            print(f"{op} ({path} path): {len(sel)} rows, geomean vs best peer {gm(ratios):.3f}x (T<=4096 {gm(small):.3f}x), "
                   f"min {min(ratios):.2f}x, max {max(ratios):.2f}x")
 
 

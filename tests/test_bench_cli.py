@@ -43,11 +43,11 @@ def test_a_stopped_run_keeps_its_rows(tmp_path, monkeypatch):
     make_cake = run.make_cake
     monkeypatch.setattr(run, "make_cake", stop_at_the_third_shape)
     with pytest.raises(KeyboardInterrupt):
-        main(["--ops", "fwd", "--out", str(tmp_path / "b")])
+        main(["--ops", "fwd", "--path", "op", "--out", str(tmp_path / "b")])
     partial = json.load(open(tmp_path / "b.json"))
     assert partial["complete"] is False and len(partial["rows"]) == 2
     monkeypatch.setattr(run, "make_cake", make_cake)
-    assert main(["--ops", "fwd", "--out", str(tmp_path / "b")]) == 0
+    assert main(["--ops", "fwd", "--path", "op", "--out", str(tmp_path / "b")]) == 0
     done = json.load(open(tmp_path / "b.json"))
     assert done["complete"] is True and len(done["rows"]) == 4
 
@@ -107,3 +107,22 @@ def test_host_mode_times_every_arm(tmp_path):
         assert {r["op"] for r in rows if r["arm"] == a} == {"fwd", "fwd_grad", "fwd_bwd"}
     assert all(r["us"] > 0 and r["T"] == 8 and r["H"] == 512 for r in rows)
     assert "vs F.rms_norm" in open(str(out) + ".md").read()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")
+def test_rows_say_their_path_and_share_the_peers_run(tmp_path):
+    """Each shape and op gives an autograd row (the user's path) and an op row, the peers'
+    times the same in both (one paired run); FP32 activations with a BF16 weight are a dtype
+    of their own."""
+    out = tmp_path / "b"
+    assert main(["--ops", "fwd,bwd", "--hidden", "512", "--tokens", "16", "--out", str(out)]) == 0
+    rows = json.load(open(str(out) + ".json"))["rows"]
+    assert {(r["op"], r["path"]) for r in rows} == {(o, p) for o in ("fwd", "bwd") for p in ("autograd", "op")}
+    for op in ("fwd", "bwd"):
+        a, b = (next(r for r in rows if r["op"] == op and r["path"] == p) for p in ("autograd", "op"))
+        assert a["us"]["F"] == b["us"]["F"] and a["us"]["cake"] > 0 and b["us"]["cake"] > 0
+    assert main(["--ops", "fwd", "--hidden", "512", "--tokens", "16", "--dtype", "fp32", "--weight", "bf16",
+                 "--path", "autograd", "--out", str(out)]) == 0
+    rows = json.load(open(str(out) + ".json"))["rows"]
+    assert [(r["path"], r["dtype"], r["weight"]) for r in rows] == [("autograd", "fp32", "bf16")]
+    assert rows[0]["bytes"] == 2 * 4 * 16 * 512 + 4 * 16 + 2 * 512  # FP32 x in, y out; rstd; BF16 w

@@ -39,5 +39,5 @@ def test_split_keeps_the_first_runs_rows_and_writes_tables(tmp_path):
     assert fwd[0]["floor_us"] == 1.5 and "floor_us" not in fwd[1]
     assert [r["op"] for r in bwd] == ["bwd", "step"] and bwd[1]["per_head"] == 24
     md = open(f"{out}-forward.md").read()
-    assert "| fwd | 512 | 256 | plain | 2.0 |" in md and "| tc | 2.5 | 1.25x | 1.5 |" in md
-    assert "| per-head x24 |" in open(f"{out}-backward.md").read()
+    assert "| fwd | 512 | 256 | plain, op | 2.0 |" in md and "| tc | 2.5 | 1.25x | 1.5 |" in md
+    assert "| per-head x24, op |" in open(f"{out}-backward.md").read()

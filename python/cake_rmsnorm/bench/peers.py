@@ -63,6 +63,7 @@ def _autograd_ops(case, forward):
 
 
 def make_cake(case, deterministic=True):
+    """The op path: the functional calls with a preallocated workspace, dx and FP32 dw."""
     x, w, eps = case.x, case.w, case.eps
     ws = cr.cake_rmsnorm_train_backward_workspace(case.rows, case.H, x.device)
     if case.residual:
@@ -88,6 +89,15 @@ def make_cake(case, deterministic=True):
                                               workspace=ws, dx=dx, dw=dw, deterministic=deterministic)
 
     return {"fwd": fwd, "bwd": bwd, "step": step}
+
+
+def make_cake_autograd(case, deterministic=True):
+    """The user's path: autograd through ``cake_rmsnorm`` (a weight of its own dtype, so dw
+    comes back in it from the finalize), everything it allocates and launches included."""
+    def forward(x, w, r):
+        return cr.cake_rmsnorm(x, w, case.eps, residual=r, deterministic=deterministic)
+
+    return _autograd_ops(case, forward)
 
 
 def _add(x, r):

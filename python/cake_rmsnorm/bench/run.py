@@ -11,19 +11,48 @@ import torch
 
 import cake_rmsnorm as cr
 
-from .peers import PEERS, Case, available_peers, make_cake, make_floor, make_torch_fused
+from .peers import PEERS, Case, available_peers, make_cake, make_cake_autograd, make_floor, make_torch_fused
 from .timing import capture, measure
 
 H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
 T_DEFAULT = [256, 1024, 4096, 16384, 65536]
 COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (read + written bytes)
+
+
 FLOOR = "floor"  # the traffic floor's key in a row (peers.make_floor), never a peer
+PATHS = ("autograd", "op")  # the user's path (the headline) and the functional op path
+ESIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-def logical_bytes(op, T, H, residual):
-    fwd = 4 * T * H + 4 * T + 2 * H + (4 * T * H if residual else 0)
-    bwd = 6 * T * H + 4 * T + 6 * H + (2 * T * H if residual else 0)
+def logical_bytes(op, T, H, residual, esize=2, wsize=2):
+    """The protocol's bytes: x in and y out, rstd, w (fwd); g and x in, dx out, rstd, w in, an
+    FP32 dw out (bwd); the residual route adds r in and h out (fwd), g_h in (bwd). esize and
+    wsize: bytes of an activation and of a weight element (BF16: 2 and 2)."""
+    e = esize
+    fwd = 2 * e * T * H + 4 * T + wsize * H + (2 * e * T * H if residual else 0)
+    bwd = 3 * e * T * H + 4 * T + (wsize + 4) * H + (e * T * H if residual else 0)
     return {"fwd": fwd, "bwd": bwd, "step": fwd + bwd}[op]
+
+
+def _cake_arms(case, paths, deterministic=True):
+    """{"cake@path": ops} for the paths asked for."""
+    makers = {"autograd": make_cake_autograd, "op": make_cake}
+    return {f"cake@{p}": makers[p](case, deterministic=deterministic) for p in paths}
+
+
+def _rows_by_path(base, us, event_us, paths):
+    """One row a path: ``us["cake"]`` is that path's time, the peers' are the same paired run's."""
+    peers = {k: v for k, v in us.items() if not k.startswith("cake@")}
+    rows = []
+    for p in paths:
+        key = f"cake@{p}"
+        if key not in us:
+            continue
+        row = dict(base, path=p, us=dict(cake=us[key], **peers))
+        if event_us is not None:
+            row["event_us"] = dict(cake=event_us[key], **{k: v for k, v in event_us.items() if k in peers})
+        rows.append(row)
+    return rows
 
 
 def _progress(i, n, label):
@@ -65,7 +94,7 @@ def run_gpu(args, on_row=lambda rows, missing: None):
     for i, (s, op) in enumerate(todo):
         _progress(i, len(todo), f"{op} H={s['H']} T={s['T']}{' res' if s['residual'] else ''}")
         case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype, dtype=dtype)
-        impls = {"cake": make_cake(case, deterministic=args.mode == "det")}
+        impls = _cake_arms(case, args.paths, deterministic=args.mode == "det")
         for key, maker in peers.items():
             try:
                 impls[key] = maker(case)
@@ -82,15 +111,13 @@ def run_gpu(args, on_row=lambda rows, missing: None):
                 print(f"\n{key} could not be captured for {op} {s}: {type(e).__name__}: {e}", file=sys.stderr)
         res = measure(graphs, args.replays)
         floor_us = res.pop(FLOOR, None)  # a reference, kept out of the peers' columns
-        rows_eff = case.rows
-        nbytes = logical_bytes(op, rows_eff, s["H"], s["residual"])
-        row = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": args.weight,
-               "dtype": args.dtype, "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes,
-               "us": {k: round(v[0], 3) for k, v in res.items()},
-               "event_us": {k: round(v[1], 3) for k, v in res.items()}}
+        nbytes = logical_bytes(op, case.rows, s["H"], s["residual"], ESIZE[args.dtype], ESIZE[args.weight])
+        base = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": args.weight,
+                "dtype": args.dtype, "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes}
         if floor_us is not None:
-            row["floor_us"] = round(floor_us[0], 3)
-        rows.append(row)
+            base["floor_us"] = round(floor_us[0], 3)
+        rows += _rows_by_path(base, {k: round(v[0], 3) for k, v in res.items()},
+                              {k: round(v[1], 3) for k, v in res.items()}, args.paths)
         on_row(rows, missing)
         del graphs, impls, case
         torch.cuda.empty_cache()
@@ -109,7 +136,7 @@ def run_cpu(args, on_row=lambda rows, missing: None):
     for i, (H, T) in enumerate(todo):
         _progress(i, len(todo), f"cpu H={H} T={T}")
         case = Case(T, H, wdtype=wdtype, dtype=dtype, device="cpu")
-        impls = {"cake": make_cake(case), "F": make_torch_fused(case)}
+        impls = dict(_cake_arms(case, args.paths), F=make_torch_fused(case))
         for op in args.ops:
             us = {}
             for name, ops in impls.items():
@@ -122,8 +149,10 @@ def run_cpu(args, on_row=lambda rows, missing: None):
                         n += 1
                     blocks.append((time.perf_counter() - t0) / n * 1e6)
                 us[name] = round(sorted(blocks)[1], 1)
-            rows.append({"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
-                         "per_head": 0, "mode": "det", "bytes": logical_bytes(op, T, H, False), "us": us})
+            base = {"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
+                    "per_head": 0, "mode": "det",
+                    "bytes": logical_bytes(op, T, H, False, ESIZE[args.dtype], ESIZE[args.weight])}
+            rows += _rows_by_path(base, us, None, args.paths)
             on_row(rows, {})
     _progress(len(todo), len(todo), "done")
     return rows, {}
@@ -150,6 +179,7 @@ def markdown(rows, title, ceiling=True):
         gbs = r["bytes"] / us / 1e3
         k, pu = best_peer(r["us"])
         route = "residual" if r["residual"] else (f"per-head x{r['per_head']}" if r["per_head"] else "plain")
+        route += f", {r.get('path', 'op')}"
         if r.get("dtype", "bf16") != "bf16":
             route += f", {r['dtype']}"
         if r.get("weight", "bf16") != "bf16":
@@ -241,8 +271,13 @@ def main(argv=None):
     p.add_argument("--per-head", action="store_true", help="add the [T, 24, 256] per-head view")
     p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
     p.add_argument("--weight", default=None, choices=["bf16", "fp16", "fp32"],
-                   help="weight dtype: the activation dtype (default) or fp32")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="activation dtype")
+                   help="weight dtype: the activation dtype (default) or fp32 (any of the three with fp32 x)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
+                   help="activation dtype (fp32: the residual stream of mixed precision)")
+    p.add_argument("--path", default="autograd,op", type=lambda s: [v for v in s.split(",") if v],
+                   help="our arms, one row each from the same paired run: autograd (the user's path: "
+                        "cake_rmsnorm with autograd, dw in w's dtype) and op (functional calls, preallocated "
+                        "workspace, FP32 dw)")
     p.add_argument("--mode", default="det", choices=["det", "nondet"])
     p.add_argument("--floor", action="store_true",
                    help="also time torch elementwise ops of each op's traffic (row['floor_us']; not a peer)")
@@ -252,8 +287,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.weight is None:
         args.weight = args.dtype
-    if args.weight not in (args.dtype, "fp32"):
+    if args.dtype != "fp32" and args.weight not in (args.dtype, "fp32"):
         p.error(f"--weight {args.weight}: the weight is the activation dtype ({args.dtype}) or fp32")
+    if not args.path or any(v not in PATHS for v in args.path):
+        p.error(f"--path {','.join(args.path)}: a comma-separated subset of {','.join(PATHS)}")
+    args.paths = [v for v in PATHS if v in args.path]
     if args.host:
         return _host_main(args)
     args.user_hidden, args.user_tokens = args.hidden, args.tokens
@@ -281,11 +319,12 @@ def main(argv=None):
     md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}", ceiling=gpu)
     with open(args.out + ".md", "w") as f:
         f.write(md)
-    plot(rows, args.out + ".png", ceiling=gpu)
+    plot([r for r in rows if r["path"] == args.paths[0]], args.out + ".png", ceiling=gpu)  # the headline path
     print(md)
     if gpu:
-        sp = [best_peer(r["us"])[1] / r["us"]["cake"] for r in rows if best_peer(r["us"])[0]]
-        if sp:
-            print(f"geomean speedup over the best peer: {math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x "
-                  f"over {len(sp)} rows")
+        for path in args.paths:
+            sp = [best_peer(r["us"])[1] / r["us"]["cake"] for r in rows if r["path"] == path and best_peer(r["us"])[0]]
+            if sp:
+                print(f"{path} path: geomean speedup over the best peer "
+                      f"{math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x over {len(sp)} rows")
     return 0
