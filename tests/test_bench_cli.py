@@ -126,3 +126,16 @@ def test_rows_say_their_path_and_share_the_peers_run(tmp_path):
     rows = json.load(open(str(out) + ".json"))["rows"]
     assert [(r["path"], r["dtype"], r["weight"]) for r in rows] == [("autograd", "fp32", "bf16")]
     assert rows[0]["bytes"] == 2 * 4 * 16 * 512 + 4 * 16 + 2 * 512  # FP32 x in, y out; rstd; BF16 w
+
+
+def test_per_head_views_and_refusal(capsys):
+    """--per-head alone is the [T, 24, 256] view; a list names each view; a bad one is refused."""
+    import argparse
+    from cake_rmsnorm.bench.run import head_views, shapes
+
+    args = argparse.Namespace(hidden=[512], tokens=[256, 1024], residual=False, per_head=head_views("32x128,16x64"))
+    got = [(s["H"], s["T"], s["per_head"]) for s in shapes(args)]
+    assert got == [(512, 256, 0), (512, 1024, 0), (128, 1024, 32), (64, 1024, 16)]
+    with pytest.raises(SystemExit) as e:
+        main(["--per-head", "32by128"])
+    assert e.value.code == 2 and "HEADSxDIM" in capsys.readouterr().err

@@ -72,10 +72,21 @@ def shapes(args):
     if args.residual:
         for T in args.tokens:
             out.append(dict(H=6144, T=T, residual=True, per_head=0))
-    if args.per_head:
+    for heads, dim in args.per_head or ():
         for T in [t for t in args.tokens if t >= 1024]:
-            out.append(dict(H=256, T=T, residual=False, per_head=24))
+            out.append(dict(H=dim, T=T, residual=False, per_head=heads))
     return out
+
+
+def head_views(s):
+    """argparse type for per-head views: "32x128,8x128" -> [(32, 128), (8, 128)] (heads x head dim)."""
+    try:
+        views = [tuple(int(v) for v in item.split("x")) for item in s.split(",") if item]
+    except ValueError:
+        views = []
+    if not views or any(len(v) != 2 or min(v) <= 0 for v in views):
+        raise argparse.ArgumentTypeError(f"per-head views are HEADSxDIM[,HEADSxDIM...], got {s!r}")
+    return views
 
 
 def _dtypes(args):
@@ -268,7 +279,9 @@ def main(argv=None):
                    help="host cost instead: wall-clock us a call (fwd, fwd with grad, fwd + bwd), eager, every arm")
     p.add_argument("--calls", default=300, type=int, help="--host: calls a timed loop")
     p.add_argument("--residual", action="store_true", help="add the residual route at H 6144")
-    p.add_argument("--per-head", action="store_true", help="add the [T, 24, 256] per-head view")
+    p.add_argument("--per-head", nargs="?", const=[(24, 256)], default=None, type=head_views,
+                   help="add per-head views [T, heads, dim] at T >= 1024: alone [T, 24, 256], or a list "
+                        "such as 32x128,8x128,16x64,24x256")
     p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
     p.add_argument("--weight", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weight dtype: the activation dtype (default) or fp32 (any of the three with fp32 x)")
