@@ -170,8 +170,8 @@ def _two_blocks(x, r, w1, w2):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_residual_adds_fused(device, dtype, gen):
+@pytest.mark.parametrize("dtype,dynamic", [(torch.bfloat16, False), (torch.float32, False), (torch.bfloat16, True)])
+def test_residual_adds_fused(device, dtype, dynamic, gen):
     """Under torch.compile the adds before the norms go into fwd_residual and the gradient adds
     after them into the backward's g_residual: outputs bitwise the eager ones, gradients within
     the contract of the FP64 result and no farther from it than eager's."""
@@ -200,7 +200,7 @@ def test_residual_adds_fused(device, dtype, gen):
     torch._dynamo.reset()
     before = dict(_fusion.stats)
     with _no_compile_caches():
-        outs_c, g_c = grads(torch.compile(_two_blocks, fullgraph=True), dtype)
+        outs_c, g_c = grads(torch.compile(_two_blocks, fullgraph=True, dynamic=dynamic), dtype)
     assert _fusion.stats["forward"] - before["forward"] == 2
     assert _fusion.stats["backward"] - before["backward"] == 2
     outs_e, g_e = grads(_two_blocks, dtype)

@@ -60,9 +60,16 @@ def _plain_add(node):
         return None
     if vh.dtype not in _FUSABLE_DTYPES or va.dtype != vh.dtype or vb.dtype != vh.dtype:
         return None
-    if va.shape != vh.shape or vb.shape != vh.shape or va.device != vh.device or vb.device != vh.device:
+    if not (_same_shape(va, vh) and _same_shape(vb, vh)) or va.device != vh.device or vb.device != vh.device:
         return None
     return a, b
+
+
+def _same_shape(u, v):
+    """Shapes known equal without a new guard (symbolic sizes: only what is already implied;
+    an unbacked size is never evaluated)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return u.dim() == v.dim() and all(statically_known_true(p == q) for p, q in zip(u.shape, v.shape))
 
 
 def _arg(node, index, name, default=None):
