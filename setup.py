@@ -2,8 +2,8 @@
 stable ABI) and, when nvcc is found, fatbins for every shipped architecture.
 
 Knobs (environment):
-  CAKE_CUDA_ARCHS   semicolon list of archs to build, default "90a;100a;103a;107a" where a CUDA
-                    device is visible; without one (and without this variable) the build is
+  CAKE_CUDA_ARCHS   semicolon list of archs to build, default every shipped one ("90a;100a;103a;107a",
+                    csrc/include/cake_rmsnorm/cake_rmsnorm_archs.h) where a CUDA device is visible; without one (and without this variable) the build is
                     CPU-only. An arch the installed nvcc does not list is skipped, and said so
   CAKE_FORCE_CPU=1  build the CPU-only library even when nvcc exists
   MAX_JOBS          parallel compiler jobs (torch's ninja build honours it)
@@ -21,8 +21,18 @@ from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent.resolve()
-DEFAULT_ARCHS = "90a;100a;103a;107a"
-ARCH_BITS = {"90a": 0, "100a": 1, "103a": 2, "107a": 3}
+
+
+def shipped_archs():
+    """The shipped sm numbers, from the one list the library and Python share."""
+    text = (ROOT / "csrc" / "include" / "cake_rmsnorm" / "cake_rmsnorm_archs.h").read_text()
+    m = re.search(r"#define CAKE_RMSNORM_SHIPPED_ARCHS ([0-9, ]+)\n", text)
+    return [int(v) for v in m.group(1).split(",")]
+
+
+SHIPPED_ARCHS = shipped_archs()
+DEFAULT_ARCHS = ";".join(f"{sm}a" for sm in SHIPPED_ARCHS)
+ARCH_BITS = {f"{sm}a": bit for bit, sm in enumerate(SHIPPED_ARCHS)}  # cake_rmsnorm_built_archs() order
 # Stable-ABI level the sources compile against: the oldest torch the library runs on.
 TORCH_TARGET_VERSION = "0x020a000000000000"  # 2.10
 
@@ -114,7 +124,7 @@ def _want_cuda():
     if torch.cuda.is_available():
         return True
     log("no CUDA device visible and CAKE_CUDA_ARCHS unset: building the CPU-only library "
-        "(set CAKE_CUDA_ARCHS=\"90a;100a;103a;107a\" for the GPU fatbins)")
+        f"(set CAKE_CUDA_ARCHS=\"{DEFAULT_ARCHS}\" for the GPU fatbins)")
     return False
 
 

@@ -49,3 +49,18 @@ def test_autograd_path():
     y = cr.cake_rmsnorm(x, w, 1e-6)
     y.float().sum().backward()
     assert x.grad.shape == x.shape and w.grad.dtype == torch.bfloat16
+
+
+def test_one_architecture_list():
+    """The shipped architectures come from one list (cake_rmsnorm_archs.h): the library reports
+    it, setup.py builds from it, every entry has a window table, and built_archs() is a subset."""
+    import os
+    import re
+
+    assert cr.SHIPPED_ARCHS == (90, 100, 103, 107)
+    assert set(cr.built_archs()) <= set(cr.SHIPPED_ARCHS)
+    for sm in cr.SHIPPED_ARCHS:
+        assert cr.program_windows("fwd", 4096, sm=sm)["fwd"]
+    header = os.path.join(cr.get_include(), "cake_rmsnorm", "cake_rmsnorm_archs.h")
+    listed = re.search(r"#define CAKE_RMSNORM_SHIPPED_ARCHS ([0-9, ]+)\n", open(header).read()).group(1)
+    assert tuple(int(v) for v in listed.split(",")) == cr.SHIPPED_ARCHS

@@ -258,6 +258,14 @@ unsigned cake_rmsnorm_built_archs(void) {
 #endif
 }
 
+int cake_rmsnorm_shipped_archs(int* out, int capacity) {
+  static constexpr int kShipped[] = {CAKE_RMSNORM_SHIPPED_ARCHS};
+  constexpr int n = static_cast<int>(sizeof(kShipped) / sizeof(int));
+  if (capacity < 0 || (capacity > 0 && out == nullptr)) return -1;
+  for (int i = 0; i < n && i < capacity; ++i) out[i] = kShipped[i];
+  return n;
+}
+
 cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt, int ctas_per_sm,
                                                 int stages, int rows) {
   if (direction != 0 && direction != 1) return CAKE_ERR_INVALID_ARGUMENT;

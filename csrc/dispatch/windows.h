@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../include/cake_rmsnorm/cake_rmsnorm_archs.h"
 #include "programs.h"
 
 namespace cake {
@@ -31,7 +32,7 @@ struct Window {
 };
 constexpr int kMaxWindows = 4;  // a route's most windows (windows_for)
 
-constexpr int kArchs[] = {90, 100, 103, 107};
+constexpr int kArchs[] = {CAKE_RMSNORM_SHIPPED_ARCHS};  // cake_rmsnorm_archs.h: the one list
 
 inline bool parse_route(const char* s, Route* out) {
   if (s == nullptr) return false;

@@ -11,7 +11,7 @@ import os
 import torch
 
 from ._version import __version__
-from ._lib import built_archs, library_path, ops, windows as _windows
+from ._lib import SHIPPED_ARCHS, built_archs, library_path, ops, windows as _windows
 from . import _registrations  # noqa: F401  (fakes of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
 from .nn import RMSNorm
@@ -32,6 +32,7 @@ cake_rmsnorm_det_train_backward_workspace = cake_rmsnorm_train_backward_workspac
 cake_rmsnorm_det = cake_rmsnorm
 
 ROUTES = ("fwd", "fwd_residual", "bwd", "bwd_residual")
+_ARCH_NAMES = ", ".join(str(sm) for sm in SHIPPED_ARCHS)
 
 
 def weight_dtypes(hidden: int, device=None) -> tuple:
@@ -49,7 +50,7 @@ def _device_sm(device) -> int:
     if dev.type != "cuda":
         raise ValueError(f"program_windows needs a CUDA device or an explicit sm, got {dev}")
     if not torch.cuda.is_available():
-        raise ValueError("program_windows: no CUDA device is available; pass sm= (90, 100, 103 or 107)")
+        raise ValueError(f"program_windows: no CUDA device is available; pass sm= (one of {_ARCH_NAMES})")
     major, minor = torch.cuda.get_device_capability(dev)
     return major * 10 + minor
 
@@ -64,7 +65,7 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     hidden : int
         Hidden size (a multiple of 8).
     sm : int, optional
-        Architecture as 90, 100, 103 or 107; taken from ``device`` (or the current CUDA
+        Architecture as one of ``SHIPPED_ARCHS`` (90, 100, 103, 107); taken from ``device`` (or the current CUDA
         device) when omitted.
 
     Returns
@@ -88,7 +89,7 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
             raise ValueError(f"route must be one of {ROUTES}, got {r!r}")
     out = {r: _windows(r, hidden, sm) for r in routes}
     if not any(out.values()):
-        raise ValueError(f"sm must be one of 90, 100, 103, 107, got {sm}")
+        raise ValueError(f"sm must be one of {_ARCH_NAMES}, got {sm}")
     return out
 
 
@@ -121,6 +122,7 @@ __all__ = [
     "weight_dtypes",
     "program_windows",
     "built_archs",
+    "SHIPPED_ARCHS",
     "get_include",
     "get_library_path",
     "ops",

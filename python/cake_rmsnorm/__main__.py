@@ -33,7 +33,8 @@ def _windows_main(argv):
     p = argparse.ArgumentParser(prog="python -m cake_rmsnorm windows", description=windows_text.__doc__)
     p.add_argument("--hidden", required=True, type=lambda s: [int(v) for v in s.split(",")],
                    help="widths, comma-separated (multiples of 8)")
-    p.add_argument("--sm", type=int, default=None, help="90, 100, 103 or 107 (default: the current CUDA device's)")
+    p.add_argument("--sm", type=int, default=None,
+                   help=f"one of {', '.join(map(str, cr.SHIPPED_ARCHS))} (default: the current CUDA device's)")
     p.add_argument("--route", choices=cr.ROUTES, action="append", help="one route (repeatable); all by default")
     a = p.parse_args(argv)
     sm = a.sm

@@ -46,7 +46,20 @@ _c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 7
 _c.cake_rmsnorm_set_exact_groups.restype = ctypes.c_int
 _c.cake_rmsnorm_set_exact_groups.argtypes = [ctypes.c_int]
 
-ARCH_BITS = {90: 0, 100: 1, 103: 2, 107: 3}
+_c.cake_rmsnorm_shipped_archs.restype = ctypes.c_int
+_c.cake_rmsnorm_shipped_archs.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+
+
+def _shipped_archs() -> tuple:
+    buf = (ctypes.c_int * 16)()
+    n = _c.cake_rmsnorm_shipped_archs(buf, 16)
+    return tuple(buf[i] for i in range(min(n, 16)))
+
+
+# The shipped architectures (cake_rmsnorm_archs.h, the list setup.py builds from), in the bit
+# order of cake_rmsnorm_built_archs().
+SHIPPED_ARCHS = _shipped_archs()
+ARCH_BITS = {sm: bit for bit, sm in enumerate(SHIPPED_ARCHS)}
 
 
 def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_sm: int, stages: int,

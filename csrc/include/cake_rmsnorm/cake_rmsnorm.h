@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cake_rmsnorm_archs.h"
+
 #if defined(_WIN32)
 #define CAKE_API __declspec(dllexport)
 #else
@@ -119,9 +121,15 @@ CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden);
 CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
                                           cake_rmsnorm_window* out, int capacity);
 
-/* The architectures this library carries machine code for, as a bit mask
- * (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3: sm_107a); 0 in a CPU-only build. */
+/* The architectures this library carries machine code for, as a bit mask: bit i is the i-th
+ * of CAKE_RMSNORM_SHIPPED_ARCHS (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3:
+ * sm_107a); 0 in a CPU-only build. */
 CAKE_API unsigned cake_rmsnorm_built_archs(void);
+
+/* Writes up to `capacity` of the shipped architectures (CAKE_RMSNORM_SHIPPED_ARCHS, as sm
+ * numbers such as 90) to `out`; returns how many there are, or -1 when capacity is negative
+ * or out is NULL with capacity > 0. */
+CAKE_API int cake_rmsnorm_shipped_archs(int* out, int capacity);
 
 /* Tuning hook (program sweeps): while set, this thread's CUDA launches of `direction`
  * (0 forward, 1 backward) use the given program shape instead of the window table's: tpr
