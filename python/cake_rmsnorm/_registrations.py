@@ -1,4 +1,6 @@
-"""Fake (meta) kernels of the C++ ops, so they trace under torch.compile and export.
+"""Fake (meta) kernels of the C++ ops, so they trace under torch.compile and export. The
+forward's and backward's fakes also install the residual-fusion pass (_fusion.py): they run
+when torch.compile first traces an op, before inductor reads its passes.
 
 The ops carry no autograd formula: differentiation is ``CakeRMSNormFunction`` (autograd.py),
 the one mechanism that eager calls and torch.compile both go through. A formula registered on
