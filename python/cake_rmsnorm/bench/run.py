@@ -17,8 +17,6 @@ from .timing import capture, measure
 H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
 T_DEFAULT = [256, 1024, 4096, 16384, 65536]
 COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (read + written bytes)
-
-
 FLOOR = "floor"  # the traffic floor's key in a row (peers.make_floor), never a peer
 PATHS = ("autograd", "op")  # the user's path (the headline) and the functional op path
 ESIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
