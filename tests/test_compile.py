@@ -259,3 +259,39 @@ def test_fusion_pass_chains_and_opts_out(monkeypatch):
         g.output(g.placeholder("x"))
         installed(g)
         assert seen == [2]
+
+
+@pytest.mark.parametrize("device", devices())
+def test_two_norms_of_one_sum(device, gen):
+    """Two norms read one residual sum: the first takes the add, the second reads its h_new;
+    in the backward one norm's dx becomes the other's g_residual (a dependency between the two
+    backward ops, kept in order). Gradients no farther from FP64 than eager's."""
+    from cake_rmsnorm import _fusion
+    t = 48
+    mk = lambda: make_rows(t, H, torch.bfloat16, device, 1.0, None, 0, gen).contiguous()  # noqa: E731
+    leaves = [mk().requires_grad_(), mk().requires_grad_()] + [
+        make_weight(H, torch.bfloat16, device, gen).requires_grad_() for _ in range(2)]
+    gy = mk()
+
+    def fn(x, r, w1, w2, norm=lambda h, w: cr.cake_rmsnorm(h, w, 1e-6)):
+        h = x + r
+        return norm(h, w1) * 2.0 + norm(h, w2) * 3.0
+
+    def norm64(h, w):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def grads(f, cast):
+        args = [a.detach().to(cast).requires_grad_() for a in leaves]
+        return torch.autograd.grad(f(*args), args, gy.to(cast))
+
+    torch._dynamo.reset()
+    before = dict(_fusion.stats)
+    with _no_compile_caches():
+        g_c = grads(torch.compile(fn, fullgraph=True), torch.bfloat16)
+    assert (_fusion.stats["forward"] - before["forward"], _fusion.stats["backward"] - before["backward"]) == (1, 1)
+    g_e = grads(fn, torch.bfloat16)
+    g_ref = grads(lambda x, r, w1, w2: fn(x, r, w1, w2, norm=norm64), torch.float64)
+    for c, e, ref in zip(g_c, g_e, g_ref):
+        err_c = float((c.double() - ref).norm() / ref.norm())
+        err_e = float((e.double() - ref).norm() / ref.norm())
+        assert err_c <= max(1.25 * err_e, 1e-6), (err_c, err_e)
