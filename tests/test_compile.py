@@ -160,6 +160,15 @@ def _no_compile_caches():
     return torch._inductor.config.patch(fx_graph_cache=False, force_disable_caches=True)
 
 
+def _near_eager(err_e, dtype):
+    """The compiled gradients' bound (rel-L2 to FP64): within twice eager's error or the
+    dtype's rounding noise over these graphs (BF16 4e-3, a few ulps of 2^-8; FP32 1e-5).
+    Compiled and eager graphs round differently (inductor keeps BF16 chains in FP32; the pass
+    rounds dx once), so each draw of fresh data moves the two by tens of percent around
+    2-3e-3 in BF16; a wrong fusion (a lost or doubled gradient term) is off by 1e-1 and more."""
+    return max(2.0 * err_e, 4e-3 if dtype == torch.bfloat16 else 1e-5)
+
+
 def _two_blocks(x, r, w1, w2):
     """Two pre-norm residual blocks: the adds before each norm and their gradients fuse."""
     h = x + r
@@ -209,8 +218,7 @@ def test_residual_adds_fused(device, dtype, dynamic, gen):
     for name, c, e, ref in zip(("x", "r", "w1", "w2"), g_c, g_e, g_ref):
         err_c = float((c.double() - ref).norm() / ref.norm())
         err_e = float((e.double() - ref).norm() / ref.norm())
-        # One rounding less: as close as eager's within BF16 noise (each is a few 1e-3 here).
-        assert err_c <= max(1.25 * err_e, 1e-6), (name, err_c, err_e)
+        assert err_c <= _near_eager(err_e, dtype), (name, err_c, err_e)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -294,4 +302,4 @@ def test_two_norms_of_one_sum(device, gen):
     for c, e, ref in zip(g_c, g_e, g_ref):
         err_c = float((c.double() - ref).norm() / ref.norm())
         err_e = float((e.double() - ref).norm() / ref.norm())
-        assert err_c <= max(1.25 * err_e, 1e-6), (err_c, err_e)
+        assert err_c <= _near_eager(err_e, torch.bfloat16), (err_c, err_e)
