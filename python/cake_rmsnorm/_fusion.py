@@ -22,6 +22,7 @@ traces one of the ops; ``CAKE_RMSNORM_COMPILE_FUSION=0`` in the environment leav
 config alone.
 """
 
+import functools
 import hashlib
 import operator
 import os
@@ -189,35 +190,29 @@ def _source_hash():
         return hashlib.sha256(f.read()).hexdigest()
 
 
-_PASS_CLASS = None
-
-
+@functools.lru_cache(maxsize=None)
 def _pass_class():
     """The pass's class, built on inductor's CustomGraphPass (its uuid() keys inductor's
     caches) once inductor is loaded: importing it with the package would cost ~1 s."""
-    global _PASS_CLASS
-    if _PASS_CLASS is None:
-        from torch._inductor.custom_graph_pass import CustomGraphPass
+    from torch._inductor.custom_graph_pass import CustomGraphPass
 
-        class ResidualFusionPass(CustomGraphPass):
-            """The inductor pass; ``then``, a pass installed before this one, runs first."""
+    class ResidualFusionPass(CustomGraphPass):
+        """The inductor pass; ``then``, a pass installed before this one, runs first."""
 
-            def __init__(self, then=None):
-                self.then = then
-                self._uuid = _source_hash()
+        def __init__(self, then=None):
+            self.then = then
+            self._uuid = _source_hash()
 
-            def __call__(self, graph):
-                if self.then is not None:
-                    self.then(graph)
-                fuse_residual_adds(graph)
+        def __call__(self, graph):
+            if self.then is not None:
+                self.then(graph)
+            fuse_residual_adds(graph)
 
-            def uuid(self):
-                inner = self.then.uuid() if self.then is not None and hasattr(self.then, "uuid") else None
-                return (self._uuid, inner)
+        def uuid(self):
+            inner = self.then.uuid() if self.then is not None and hasattr(self.then, "uuid") else None
+            return (self._uuid, inner)
 
-        _PASS_CLASS = ResidualFusionPass
-    return _PASS_CLASS
-
+    return ResidualFusionPass
 
 
 def install():
