@@ -14,7 +14,7 @@ int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, i
                          void* stream);
 int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
                          void* stream);
-// FP32 activations (kernels/fp32_rows.cuh): y (forward) or g (backward) and w of the given
+// FP32 activations (kernels/fp32_rows.cuh; fp32_forward.cu, fp32_backward.cu): y (forward) or g (backward) and w of the given
 // cake_dtype_t codes; dx, h_new and g_residual FP32. Rows up to fp32_width_ok() wide.
 int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, void* stream);
 int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, void* stream);

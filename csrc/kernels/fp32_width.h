@@ -8,22 +8,48 @@
 
 namespace cake {
 
-constexpr int kFp32Vec4 = 8;       // float4 vectors a thread holds at most
+constexpr int kFp32MaxVec4 = 8;    // float4 vectors a thread holds at most (the widest instance)
 constexpr int kFp32MaxTpr = 512;   // threads a row: rows up to 8 * 4 * 512 = 16384 wide
 constexpr int kFp32MinCta = 128;
 
-// Threads a row for width `hidden`: about four vectors a thread, a power of two.
-CAKE_HD inline int fp32_tpr(int hidden) {
+// Threads a row for width `hidden`: the fewest (a power of two, at most kFp32MaxTpr) that hold
+// the row in `vectors` float4 vectors a thread. Measured on the H200 against the rule before
+// (four a thread, both directions; docs/perf/runs/h200-fp32-act-*.md):
+//  - the backward takes two: with four, a chunk's row group had too few loads in flight (H 1024
+//    T 16384: 128 -> 56 us, H 6144 T 4096: 155 -> 88, with the ring of fp32_rows.cuh);
+//  - the forward keeps four: two lost up to 16 % at H 2048..4096 (H 2048 T 1024 5.6 -> 6.5 us,
+//    H 4096 T 16384 131 -> 143) and tied at H 1024.
+constexpr int kFp32BwdVectors = 2;
+constexpr int kFp32FwdVectors = 4;
+CAKE_HD constexpr int fp32_tpr(int hidden, int vectors) {
   const int vec4 = hidden / 4;
   int tpr = 1;
-  while (tpr * 4 < vec4 && tpr < kFp32MaxTpr) tpr *= 2;
+  while (tpr * vectors < vec4 && tpr < kFp32MaxTpr) tpr *= 2;
   return tpr;
 }
-CAKE_HD inline bool fp32_width_ok(int64_t hidden) { return hidden <= int64_t(kFp32Vec4) * 4 * kFp32MaxTpr; }
+// The instance's vectors a thread (NV, a compile-time bound) for a row group of tpr: 2, 4 or 8.
+CAKE_HD constexpr int fp32_nv(int hidden, int tpr) {
+  const int need = (hidden / 4 + tpr - 1) / tpr;
+  return need <= 2 ? 2 : need <= 4 ? 4 : 8;
+}
+// The forward loads w after the row's sum where a row is a whole 512-thread CTA (H > 4096):
+// holding it from the start kept two such CTAs an SM (64 registers), loading it late three,
+// H 6144 T 1024..16384 17.0 -> 15.5, 58.2 -> 51.5, 222 -> 194 us; at H 1024..4096 late w lost
+// up to 30 % (H 1024 T 1024 4.0 -> 5.2 us).
+CAKE_HD constexpr bool fp32_fwd_late_w(int tpr) { return tpr == kFp32MaxTpr; }
+CAKE_HD constexpr bool fp32_width_ok(int64_t hidden) { return hidden <= int64_t(kFp32MaxVec4) * 4 * kFp32MaxTpr; }
 // Threads a CTA: groups of a warp or less share a CTA of kFp32MinCta; a wider group is its CTA
 // alone, since its sum folds every warp of the CTA (fp32_group_sum). With two 64-thread groups
 // in a 128-thread CTA each row's sum took the other's too (the H 1000 and 1024 rows failed
 // their FP64 checks on the H200).
-CAKE_HD inline int fp32_cta(int tpr) { return tpr > 32 ? tpr : kFp32MinCta; }
+CAKE_HD constexpr int fp32_cta(int tpr) { return tpr > 32 ? tpr : kFp32MinCta; }
+
+static_assert(fp32_tpr(1024, 2) == 128 && fp32_nv(1024, 128) == 2 && fp32_tpr(4096, 2) == 512 &&
+                  fp32_nv(4096, 512) == 2 && fp32_tpr(6144, 2) == 512 && fp32_nv(6144, 512) == 4 &&
+                  fp32_nv(16384, fp32_tpr(16384, 2)) == 8 && fp32_tpr(8, 2) == 1 && fp32_nv(8, 1) == 2 &&
+                  fp32_tpr(1000, 2) == 128 && fp32_tpr(1024, 4) == 64 && fp32_nv(1024, 64) == 4 &&
+                  fp32_tpr(4096, 4) == 256 && fp32_tpr(6144, 4) == 512 && fp32_fwd_late_w(fp32_tpr(6144, 4)) &&
+                  !fp32_fwd_late_w(fp32_tpr(4096, 4)) && fp32_nv(16384, fp32_tpr(16384, 4)) == 8,
+              "FP32 row groups at the measured widths");
 
 }  // namespace cake

@@ -16,9 +16,10 @@ class Case:
 
     def __init__(self, T, H, residual=False, per_head=0, wdtype=torch.bfloat16, dtype=torch.bfloat16,
                  device="cuda", seed=0):
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        # Drawn on the device: a CPU draw of the largest shapes took seconds per tensor.
+        g = torch.Generator(device=device).manual_seed(seed)
         shape = (T, per_head, H) if per_head else (T, H)
-        mk = lambda: torch.randn(shape, generator=g).to(dtype).to(device)  # noqa: E731
+        mk = lambda: torch.randn(shape, generator=g, device=device).to(dtype)  # noqa: E731
         self.T, self.H, self.residual, self.per_head = T, H, residual, per_head
         self.eps = 1e-6
         self.x = mk()
@@ -27,7 +28,7 @@ class Case:
         # The residual route's second output (h) gets a gradient of its own: a distinct tensor,
         # so no implementation reads one buffer twice and finds it in L2.
         self.gr = mk() if residual else None
-        self.w = (1 + 0.1 * torch.randn(H, generator=g)).to(wdtype).to(device)
+        self.w = (1 + 0.1 * torch.randn(H, generator=g, device=device)).to(wdtype)
 
     @property
     def rows(self):

@@ -1,0 +1,65 @@
+// Launcher of the FP32-activation backward (kernels/fp32_rows.cuh): every (g dtype, w dtype,
+// residual, vectors a thread) instance, and the shared dw finalize in the weight's dtype.
+#include <cuda_runtime.h>
+
+#include "../kernels/fp32_rows.cuh"
+#include "launch.h"
+#include "launch_backward.cuh"
+#include "occupancy.h"
+
+namespace cake {
+
+namespace {
+
+// A two-row ring where it fits in shared memory (every width but the widest residual rows),
+// else one row: the same bits either way.
+template <typename TG, typename WT, bool RES, int NV>
+int fp32_backward_nv(const BwdParams& p, cudaStream_t s) {
+  auto kernel = fp32_bwd_kernel<TG, WT, RES, NV>;
+  BwdParams q = p;
+  const int cta = fp32_cta(q.tpr);
+  q.stages = 2;
+  size_t smem = fp32_bwd_smem_bytes(cta, NV, q.stages, sizeof(TG), RES);
+  if (smem > kMaxSmemPerCta) q.stages = 1, smem = fp32_bwd_smem_bytes(cta, NV, 1, sizeof(TG), RES);
+  // Raises the kernel's dynamic shared-memory limit to the device's opt-in once (cached).
+  if (smem > 48 * 1024) resident_ctas(reinterpret_cast<const void*>(kernel), cta, smem);
+  const unsigned grid = static_cast<unsigned>(ceil_div(p.chunks, cta / q.tpr));
+  kernel<<<grid, cta, smem, s>>>(q);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
+  return launch_finalize<WT>(q, s);
+}
+
+template <typename TG, typename WT, bool RES>
+int fp32_backward_res(const BwdParams& q, cudaStream_t s) {
+  switch (fp32_nv(q.hidden, q.tpr)) {
+    case 2: return fp32_backward_nv<TG, WT, RES, 2>(q, s);
+    case 4: return fp32_backward_nv<TG, WT, RES, 4>(q, s);
+    default: return fp32_backward_nv<TG, WT, RES, 8>(q, s);
+  }
+}
+
+template <typename TG, typename WT>
+int fp32_backward_as(const BwdParams& p, cudaStream_t s) {
+  BwdParams q = p;
+  q.tpr = fp32_tpr(p.hidden, kFp32BwdVectors);
+  return p.gr != nullptr ? fp32_backward_res<TG, WT, true>(q, s) : fp32_backward_res<TG, WT, false>(q, s);
+}
+
+template <typename A>
+int bwd_w(int w, const BwdParams& p, cudaStream_t s) {
+  if (w == 0) return fp32_backward_as<A, __nv_bfloat16>(p, s);
+  if (w == 1) return fp32_backward_as<A, __half>(p, s);
+  return fp32_backward_as<A, float>(p, s);
+}
+
+}  // namespace
+
+int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (g_dtype == 0) return bwd_w<__nv_bfloat16>(w_dtype, p, s);
+  if (g_dtype == 1) return bwd_w<__half>(w_dtype, p, s);
+  return bwd_w<float>(w_dtype, p, s);
+}
+
+}  // namespace cake
