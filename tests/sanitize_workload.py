@@ -33,9 +33,9 @@ def run(T, H, dtype, wdtype, residual, stride=None, max_ctas=0, backward=True):
     gy = torch.randn(T, H, generator=g).to(dtype).cuda()
     ws = cr.cake_rmsnorm_train_backward_workspace(T, H, "cuda")
     dx, dw = torch.empty(T, H, dtype=dtype, device="cuda"), torch.empty(H, device="cuda")
-    cr.ops.bwd_out(gy, xs, w, out[1], gy if residual else None, True, dx, dw, ws, max_ctas)
-    cr.ops.bwd_out(gy, xs, w, out[1], None, True, dx, dw, ws, max_ctas, True)  # dw += (main_grad)
-    cr.ops.bwd_out(gy, xs, w, out[1], None, True, dx, None, None)  # dx only (frozen weight)
+    cr.ops.bwd_out(gy, xs, w, out[1], gy if residual else None, dx, dw, ws, max_ctas)
+    cr.ops.bwd_out(gy, xs, w, out[1], None, dx, dw, ws, max_ctas, True)  # dw += (main_grad)
+    cr.ops.bwd_out(gy, xs, w, out[1], None, dx, None, None)  # dx only (frozen weight)
     torch.cuda.synchronize()
     assert torch.isfinite(dw).all()
 
@@ -84,7 +84,7 @@ def main():
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, True, backward=False)
             run(T, H, torch.float16, torch.float16 if wdtype == torch.bfloat16 else wdtype, False, backward=False)
-    # Four rows a streaming group (programs.h, streaming_rows): the plain route past the first
+    # Four rows a streaming group (programs.h, multirow_streaming): the plain route past the first
     # window at H 256 (from 8193 rows), 512 and 1024 (from 4097), rows leaving the last CTA's
     # groups 1..4 rows, 16-bit and FP32 w (the latter the group's ring at VPT 4), FP16 activations.
     for H, T in ((256, 8193), (256, 8195), (512, 4097), (512, 4099), (512, 65537), (1024, 4097), (1024, 4098)):

@@ -279,7 +279,7 @@ def test_forward_windows_stream_around_the_ring():
     assert win("fwd_residual", 4096) == [(0, 512, "general_t128x2_v4_s0"), (512, 4095, "general_t128x2_v4_s2"),
                                          (4095, None, "general_t128x2_v4_s0")]
     # Narrow exact rows: past the first streaming window its group takes 4 rows (programs.h,
-    # streaming_rows), in place of the ring; one row group at every T.
+    # multirow_streaming), in place of the ring; one row group at every T.
     assert win("fwd", 512) == [(0, 4096, "general_t32x8_v2_s0"), (4096, None, "general_t32x4_v2_s0_r4")]
     assert win("fwd", 256) == [(0, 8192, "general_t8x16_v4_s0"), (8192, None, "general_t8x16_v4_s0_r4")]
     assert win("fwd_residual", 512) == [(0, 4096, "general_t16x8_v4_s0"), (4096, 32767, "general_t16x8_v4_s2"),

@@ -77,8 +77,8 @@ def test_dw_in_weight_dtype_from_the_finalize(device, dtype, T, gen):
     g = make_rows(T, H, dtype, device, 1.0, None, 0, gen).contiguous()
     w = make_weight(H, dtype, device, gen)
     _, rstd = cr.ops.fwd(x, w, EPS)
-    dx32, dw32 = cr.ops.bwd(g, x, w, rstd, None, True)
-    dx16, dw16 = cr.ops.bwd(g, x, w, rstd, None, True, True)
+    dx32, dw32 = cr.ops.bwd(g, x, w, rstd, None)
+    dx16, dw16 = cr.ops.bwd(g, x, w, rstd, None, True)
     assert dw32.dtype == torch.float32 and dw16.dtype == dtype
     assert torch.equal(dx16, dx32) and torch.equal(dw16, dw32.to(dtype))
     xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -86,9 +86,9 @@ def test_dw_in_weight_dtype_from_the_finalize(device, dtype, T, gen):
     assert torch.equal(wa.grad, dw16) and torch.equal(xa.grad, dx32)
     # An FP32 weight keeps an FP32 dw either way; the _out op (accumulate) takes an FP32 dw only.
     w32 = w.float()
-    assert cr.ops.bwd(g, x, w32, rstd, None, True, True)[1].dtype == torch.float32
+    assert cr.ops.bwd(g, x, w32, rstd, None, True)[1].dtype == torch.float32
     with pytest.raises(RuntimeError, match="dw has the wrong dtype"):
-        cr.ops.bwd_out(g, x, w, rstd, None, True, torch.empty_like(x), torch.empty(H, dtype=dtype, device=device),
+        cr.ops.bwd_out(g, x, w, rstd, None, torch.empty_like(x), torch.empty(H, dtype=dtype, device=device),
                        None, 0, True)
 
 
@@ -126,12 +126,12 @@ def test_opcheck(device):
         (o.fwd_residual.default, (x.detach(), r, w, EPS)),
         (o.fwd_out.default, (x.detach(), w, EPS, e(x.detach()), e(rstd))),
         (o.fwd_residual_out.default, (x.detach(), r.detach(), w.detach(), EPS, e(x.detach()), e(rstd), e(x.detach()))),
+        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, None)),
+        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, r.detach(), False)),
         (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, None, True)),
-        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, r.detach(), True)),
-        (o.bwd.default, (x.detach(), x.detach(), w.detach(), rstd, None, True, True)),
         (o.bwd.default, (x.detach().view(4, 4, 64), x.detach().view(4, 4, 64), w.detach(), rstd.view(4, 4), None,
-                         True, True)),
-        (o.bwd_out.default, (x.detach(), x.detach(), w.detach(), rstd, None, True, e(x.detach()),
+                         True)),
+        (o.bwd_out.default, (x.detach(), x.detach(), w.detach(), rstd, None, e(x.detach()),
                              torch.empty(64, device=device), ws)),
     ]
     for op, args in cases:

@@ -93,7 +93,7 @@ def test_dw_bits_do_not_depend_on_grid(H, T, gen):
     outs = []
     for max_ctas in (0, 1, 7, 132, 1000):
         dx, dw = torch.empty_like(x), torch.empty(H, device="cuda")
-        cr.ops.bwd_out(g, x, w, rstd, None, True, dx, dw, ws, max_ctas)
+        cr.ops.bwd_out(g, x, w, rstd, None, dx, dw, ws, max_ctas)
         outs.append((dx, dw))
     for dx, dw in outs[1:]:
         assert torch.equal(dx, outs[0][0])

@@ -142,7 +142,7 @@ def _bits(t):
 @pytest.mark.parametrize("residual", [False, True])
 @NARROW_DTYPES
 def test_streaming_rows_have_one_rows_bits(H, tpr, vpt, residual, dtype, wdtype, gen):
-    """A streaming group taking 4 rows (programs.h, streaming_rows) writes each row as the
+    """A streaming group taking 4 rows (programs.h, multirow_streaming) writes each row as the
     one-row kernel does: the same bits at row counts that leave the last CTA's groups with 0..3
     rows, every CTA size, and where no 4-row instance is compiled (the residual route, an FP32 w
     at VPT 4) the ring program of the same group serves. The rows past T stay unwritten."""

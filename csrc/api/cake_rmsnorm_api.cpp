@@ -11,6 +11,7 @@
 #include "../dispatch/windows.h"
 #include "../kernels/cpu/rmsnorm_cpu.h"
 #include "../kernels/params.h"
+#include "tuning.h"
 #if CAKE_WITH_CUDA
 #include "../kernels/fp32_width.h"
 #include "launch.h"
@@ -19,24 +20,13 @@
 namespace {
 
 thread_local std::string g_last_cuda_error;
-thread_local cake::Program g_override[2] = {};
-thread_local bool g_exact_groups = true;
-
-// The window table's program for the call, or this thread's tuning override.
-[[maybe_unused]] bool select_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
-  const bool backward = !cake::is_forward(route);
-  const cake::Program& o = g_override[backward ? 1 : 0];
-  if (o.tpr == 0) {
+// The call's program on this device (tuning.h); the CPU path has no device, and takes sm_90's.
+[[maybe_unused]] bool call_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
 #if CAKE_WITH_CUDA
-    *out = cake::select_program(route, hidden, rows, cake::device_sm());
+  return cake::program_for_call(route, hidden, rows, cake::device_sm(), out);
 #else
-    *out = cake::select_program(route, hidden, rows, 90);
+  return cake::program_for_call(route, hidden, rows, 90, out);
 #endif
-  } else {
-    *out = o;
-  }
-  out->exact = g_exact_groups;
-  return o.tpr == 0 || cake::program_valid(o, backward, cake::has_residual(route));
 }
 
 bool is_16bit(cake_dtype_t t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
@@ -143,7 +133,7 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
     return CAKE_ERR_MISALIGNED;
   if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
   cake::Program prog;
-  if (!select_program(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, &prog))
+  if (!call_program(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, stream)
@@ -223,7 +213,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
     return CAKE_ERR_MISALIGNED;
   if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
   cake::Program prog;
-  if (!select_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
+  if (!call_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16
@@ -264,26 +254,6 @@ int cake_rmsnorm_shipped_archs(int* out, int capacity) {
   if (capacity < 0 || (capacity > 0 && out == nullptr)) return -1;
   for (int i = 0; i < n && i < capacity; ++i) out[i] = kShipped[i];
   return n;
-}
-
-cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta, int vpt, int ctas_per_sm,
-                                                int stages, int rows) {
-  if (direction != 0 && direction != 1) return CAKE_ERR_INVALID_ARGUMENT;
-  if (tpr == 0) {
-    g_override[direction] = cake::Program{};
-    return CAKE_OK;
-  }
-  const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages, /*exact=*/true, rows};
-  // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
-  if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
-  g_override[direction] = p;
-  return CAKE_OK;
-}
-
-cake_status_t cake_rmsnorm_set_exact_groups(int enabled) {
-  if (enabled != 0 && enabled != 1) return CAKE_ERR_INVALID_ARGUMENT;
-  g_exact_groups = enabled == 1;
-  return CAKE_OK;
 }
 
 const char* cake_rmsnorm_status_string(cake_status_t status) {

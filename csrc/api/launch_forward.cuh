@@ -19,7 +19,7 @@ constexpr bool rows_instance() {
   return !RES && (sizeof(WT) == 2 || VPT <= 3);
 }
 // The streaming kernel's exact narrow groups (programs.h, exact_group) take the instance with
-// the constant width, one row a group or prog.rows (kStreamRows, programs.h); other groups
+// the constant width, one row a group or prog.group_rows (kStreamRows, programs.h); other groups
 // (and the runtime-width tuning hook) the runtime-width one, one row a group: the same bits.
 template <typename T, typename WT, bool RES, int VPT, int kTpr, int kRows>
 void launch_exact_rows(const FwdParams& q, const Program& prog, cudaStream_t s) {
@@ -32,7 +32,7 @@ void launch_exact_rows(const FwdParams& q, const Program& prog, cudaStream_t s) 
 }
 template <typename T, typename WT, bool RES, int VPT, int kTpr>
 void launch_exact_tpr(const FwdParams& q, const Program& prog, cudaStream_t s) {
-  if (rows_instance<WT, RES, VPT>() && prog.rows == kStreamRows)
+  if (rows_instance<WT, RES, VPT>() && prog.group_rows == kStreamRows)
     launch_exact_rows<T, WT, RES, VPT, kTpr, kStreamRows>(q, prog, s);
   else
     launch_exact_rows<T, WT, RES, VPT, kTpr, 1>(q, prog, s);
@@ -54,7 +54,7 @@ bool launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
 // vs 7.25 us, H 1024 T 65536 70.0 vs 75.0; runs/h200-stream-rows.md).
 template <typename WT, bool RES, int VPT>
 Program without_rows(Program prog) {
-  if (prog.rows == 1 || rows_instance<WT, RES, VPT>()) return prog;
+  if (prog.group_rows == 1 || rows_instance<WT, RES, VPT>()) return prog;
   Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr), 256, false);
   ring.exact = prog.exact;
   return ring;
@@ -67,7 +67,7 @@ int launch_forward_sync(const FwdParams& p, const Program& table_prog, cudaStrea
   FwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
-  if (prog.stages == 0) {  // streaming: a group a row (or prog.rows), every row's group in the grid
+  if (prog.stages == 0) {  // streaming: a group a row (or prog.group_rows), every row's group in the grid
     const int64_t blocks = ceil_div(p.rows, rpc);
     if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned grid = static_cast<unsigned>(blocks);

@@ -1,4 +1,5 @@
-// Program selection: (route, hidden, T) -> the compile-time shape a launch uses. constexpr,
+// Program selection: (route, hidden, T) -> the compile-time shape a launch uses (why each rule:
+// docs/perf/dispatch.md). constexpr,
 // CUDA-free and torch-free, so the C API, the tests and the CPU path all see the same tables.
 #pragma once
 
@@ -13,13 +14,10 @@ constexpr int kFwdVpts[] = {1, 2, 3, 4, 6, 8};
 constexpr int kBwdVpts[] = {1, 2, 3, 4};
 constexpr int kNumFwdVpts = sizeof(kFwdVpts) / sizeof(int);
 constexpr int kNumBwdVpts = sizeof(kBwdVpts) / sizeof(int);
-// The streaming forward's exact narrow groups, compiled with a constant width (forward.cuh,
-// kTpr): groups of at most a warp whose vectors cover a row exactly, for the common narrow
-// widths H 256 (t8 v4, t16 v2), 512 (t16 v4, t32 v2), 768 (t32 v3) and 1024 (t32 v4). Their
-// SASS has no masks, rest loops or runtime shifts: the t16 v4 instance has 560 instructions
-// against the runtime-width one's 784 (456 with the lean row code), the same bits
-// (tests/test_tuning.py). The backward (backward.cuh, kTpr) has those of its tables' narrow
-// programs: H 256 (t16 v2), 512 (t32 v2) and 768 (t32 v3).
+// The exact narrow groups, compiled with a constant width (forward.cuh and backward.cuh, kTpr):
+// groups of at most a warp whose vectors cover a row exactly (forward H 256, 512, 768, 1024;
+// backward t16 v2, t32 v2, t32 v3). No masks or rest loops; the same bits as the runtime-width
+// kernels (docs/perf/dispatch.md#exact-groups).
 constexpr bool exact_group(int tpr, int vpt, bool backward = false) {
   const bool listed =
       (tpr == 8 && vpt == 4) || (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
@@ -35,19 +33,10 @@ constexpr int kMaxFwdTpr = kMaxFwdThreads;
 constexpr int kMaxBwdTpr = kMaxBwdThreads;
 
 // dw partial chunks for `rows` rows of width `hidden`: a function of (rows, hidden) alone,
-// never of the device or the program, so the dw reduction tree (and its bits) is the same on
-// every GPU and on the CPU path. At least two rows a chunk; at most about a whole number of
-// waves of the row groups an H200 holds at once for that width (no ragged tail), which keeps
-// the FP32 partials near 1-3 % of the backward's traffic at large T.
-// Widths 264..4096 hold half that cap from where the count reaches it, and grow again as one
-// chunk per 32 rows up to the cap: there the partials (4 B a column a chunk, written and read
-// back) were a third of the traffic at T 4096 and the finalize ran 6-9 us past the main
-// kernel. Measured at H 512, 1536 and 2048 (docs/perf/README.md): T 4096 and 16384 2-25 %
-// faster (H 512 T 4096: 12.25 -> 9.25 us); the full cap stays best at T 65536 for H <= 1536.
-// At H 3072 and 4096 (runs/h200-chunk-hold-wide.md) 256 chunks, about one chunk a resident
-// row group, beat 512 at T 1024..8192 (H 4096 T 1024: 17.5 -> 13.75 us, T 4096: 38.1 ->
-// 34.6), except H 3072 T 8192 (48.0 -> 50.6); at H 5120 and 6144 (cap 256) half the cap
-// left half the groups idle and lost up to 13 % (H 6144 T 4096: 48.4 -> 53.9).
+// never of the device or the program, so dw's reduction tree (and bits) is the same on every
+// GPU and on the CPU path. At least two rows a chunk, at most max_chunks (about whole waves of
+// an H200's resident row groups); widths 264..4096 hold half the cap, then grow one chunk per
+// 32 rows (docs/perf/dispatch.md#dw-chunks).
 constexpr int64_t kRowsPerChunkMin = 2;
 constexpr int64_t kRowsPerChunkGrowing = 32;
 constexpr int64_t max_chunks(int64_t hidden) {
@@ -80,7 +69,7 @@ struct Program {
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
   int stages = 1;       // cp.async ring depth, 1..kMaxStages; 0: the streaming forward (no ring)
   bool exact = true;    // an exact group's compile-time-width kernel where one exists (same bits)
-  int rows = 1;  // rows a row group takes in the streaming forward: 1, or kStreamRows (exact groups)
+  int group_rows = 1;  // rows a row group takes in the streaming forward: 1, or kStreamRows (exact groups)
 };
 
 constexpr bool vpt_instantiated(int vpt, bool backward) {
@@ -90,12 +79,12 @@ constexpr bool vpt_instantiated(int vpt, bool backward) {
   return ok;
 }
 
-// Rows a row group of the streaming forward takes (Program::rows > 1): their loads issued
+// Rows a row group of the streaming forward takes (Program::group_rows > 1): their loads issued
 // together, then each row's body in turn (forward.cuh, rmsnorm_fwd_stream_kernel). Compiled for
 // the exact narrow groups only; any other group streams one row a group, and a group without a
 // 4-row instance runs its ring program (launch_forward.cuh, without_rows): the same bits.
 constexpr int kStreamRows = 4;
-constexpr bool stream_rows_valid(int rows) { return rows == 1 || rows == kStreamRows; }
+constexpr bool group_rows_valid(int rows) { return rows == 1 || rows == kStreamRows; }
 
 // Whether the kernels can run `p` on a route with (res) or without a residual stream (what a
 // tuning override must satisfy).
@@ -110,7 +99,7 @@ constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
          p.stages >= (backward ? 1 : 0) && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0 &&
-         stream_rows_valid(p.rows) && (p.rows == 1 || (!backward && p.stages == 0));
+         group_rows_valid(p.group_rows) && (p.group_rows == 1 || (!backward && p.stages == 0));
 }
 
 // The general program's row group: the power-of-two tpr (<= max_tpr) and an
@@ -137,11 +126,9 @@ constexpr Program row_group(int hidden, int target, int max_tpr, const int* vpts
   return best;
 }
 
-// The CTA: up to max_groups row groups, at most cta_cap threads (narrow rows share a CTA, so
-// the persistent grid stays a few CTAs an SM), and a two-row ring: the next row's loads fly
-// while this one is reduced. Fit to program sweeps on H200 (benchmarks/sweep_programs.py,
-// docs/perf/README.md): deeper rings and other CTA sizes measured no faster at T 256..65536
-// for H 256, 512, 2048 and 6144; the other widths follow the same rule.
+// The CTA: up to max_groups row groups, at most cta_cap threads, and a two-row ring (the next
+// row's loads fly while this one is reduced), fit to program sweeps on the H200
+// (docs/perf/dispatch.md#cta-and-ring).
 constexpr int kRingStages = 2;
 constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) {
   int cta = p.tpr * max_groups;
@@ -159,19 +146,8 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
 
 // One ring program per width, direction and route (the ring is sized for the residual route);
 // the forward's streaming windows run its row group, except the plain route's smallest T
-// (forward_small_program below).
-// Plain forward, VPT target 5: where a row splits evenly either way, 6 vectors a thread beat 3
-// (half the warps a row, a shorter cross-warp reduction): H 6144 t128x2_v6 against t256x1_v3
-// at T 1024: 8.2 vs 9.0 us, H 5120 T 4096: 23.8 vs 25.0 us, H 1536 (t32 v6 against t64 v3)
-// T 4096: 7.8 vs 8.8 us; widths with a 4-vector split keep it (runs/h200-sweep-fwd-direct.json).
-// Residual forward, VPT target 4: its two streams double the ring, and 6 vectors a thread
-// measured 0.68-0.82x of the best peer at H 6144 (runs/h200-residual-perhead.json, d707f8b)
-// where target 4 had measured 0.91-0.96x (runs/h200-residual-perhead-f31bcf5.json, the same
-// forward kernel).
-// Forward CTAs: up to 8 row groups, and at least 128 threads where groups are narrower (rows of
-// 256 elements and less): H 256 t8x16 against t8x8 (ring) at T 16384 6.0 vs 7.0 us, T 65536
-// 19.75 vs 21.0, residual T 16384 10.25 vs 11.0 (runs/h200-sweep-fwd-cta.json); at H 512, 16
-// groups measured slower than 8 (T 65536 37.25 vs 36.1).
+// (forward_small_program below). VPT targets 5 (plain forward) and 4 (residual); forward CTAs
+// of up to 8 groups and at least 128 threads (docs/perf/dispatch.md#ring-programs).
 constexpr int kFwdVptTarget = 5;
 constexpr int kFwdResidualVptTarget = 4;
 constexpr int kFwdMinCtaThreads = 128;
@@ -181,33 +157,12 @@ constexpr Program forward_program(int hidden, bool residual = false) {
                               kNumFwdVpts);
   return shaped(g, forward_groups(g.tpr), 256, false);
 }
-// The streaming forward (stages 0: no ring, every row's group in the grid, direct loads)
-// runs the ring program's tpr, CTA and VPT, so a row's bits are the same in both (the row
-// body is shared) and T may pick between them. Measured against the two-row ring on H200
-// (benchmarks/sweep_programs.py --stages 0,2, docs/perf/runs/h200-sweep-fwd-stream.json; H
-// 256..8192 plain, 1536..6144 residual, T 256..65536), for VPT <= 4 and a row held whole in
-// the group's vectors, it wins
-//  - while its grid is at most 512 CTAs and a call reads at most 4M elements (x, and r):
-//    every load issued at once, no ring to fill (H 512 T 1024: 2.75 -> 2.5 us, H 2048
-//    residual T 1024: 6.5 -> 6.0 us); past either bound it lost up to 15 %;
-//  - from T * H >= 2^24 where a CTA reads >= 16 KB: 56 registers a thread against the ring's
-//    115 keep twice the warps resident (H 4096: 4 CTAs of 256 threads an SM against 2; T 65536:
-//    281.6 -> 260.0 us, H 8192 T 4096: 38.3 -> 35.0); with the ring's smaller CTAs (H 256,
-//    H 512) it lost 9-30 % there: its CTAs turn over faster than the persistent ring's;
-//  - for those narrow rows, from T * H >= 2^25 with CTAs widened to read 16 KB (H 256: t8x32,
-//    H 512: t16x16; runs/h200-sweep-fwd-large.json): H 256 at 393216 rows (the per-head view's
-//    T 16384) 105.0 -> 99.9 us and at 1572864 rows 421.8 -> 389.6, H 512 at 393216 rows 205.0
-//    -> 194.9 and 65536 rows 35.9 -> 35.6; at 2^23..2^24 elements they lost up to 7 % (H 512
-//    T 16384: 10.75 vs 11.5 us) or tied (H 256 T 65536). (The plain route at H 256, 512 and
-//    1024 has streamed four rows a group there since: streaming_rows below.)
-// At VPT 6 (H 768, 1536, 3072, 5120, 6144) the same kernel lost up to 20 % at most T: it held
-// 74-118 registers a thread. Loading w after the thread's sum of squares, or an FP32 w at each
-// use (forward.cuh, WLoad), brings it to 55-72, and from T * H >= 2^24 on the plain route, where
-// the ring's CTA already reads >= 16 KB, it wins (runs/h200-stream-wload.md): H 6144 T 4096 28.6
-// -> 26.9 us, T 65536 411 -> 384, H 5120 T 65536 343 -> 330 (FP32 w: 344 -> 323), H 3072 204 ->
-// 191, H 1536 T 16384 28.5 -> 26.75; below 2^24 it lost up to 6 % (H 3072 T 4096: 14.75 vs
-// 15.25), and H 768 (t16x8, 12 KB a CTA) tied at T 65536 widened. The residual route keeps the
-// ring at VPT 6 (not measured streaming there).
+// The streaming forward (stages 0: no ring, every row's group in the grid, direct loads) runs
+// the ring program's tpr, CTA and VPT, so a row's bits are the same in both and T may pick
+// between them: streaming wins for VPT <= 4 and a row held whole up to 512 CTAs and 4M elements
+// read, and from 2^24 elements where a CTA reads >= 16 KB (2^25 with widened CTAs for narrow
+// rows); at VPT 6 on the plain route from 2^24 with w loaded late
+// (docs/perf/dispatch.md#streaming).
 constexpr int64_t kStreamMaxCtas = 512;
 constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
 constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
@@ -216,60 +171,51 @@ constexpr int64_t kStreamMinCtaBytes = 16384;
 constexpr bool holds_row(const Program& p, int hidden) {
   return int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
 }
-constexpr bool streams(const Program& p, int hidden) { return p.vpt <= 4 && holds_row(p, hidden); }
-constexpr bool streams_vpt6(const Program& p, int hidden, bool residual) {
+constexpr bool can_stream(const Program& p, int hidden) { return p.vpt <= 4 && holds_row(p, hidden); }
+constexpr bool can_stream_vpt6(const Program& p, int hidden, bool residual) {
   return p.vpt == 6 && !residual && holds_row(p, hidden);
 }
 // The most rows a small streaming window of program p serves: a grid of kStreamMaxCtas CTAs,
 // kStreamSmallElems elements read.
-constexpr int64_t stream_small_rows(const Program& p, int hidden, bool residual) {
+constexpr int64_t small_window_rows(const Program& p, int hidden, bool residual) {
   const int64_t by_ctas = kStreamMaxCtas * (p.cta / p.tpr);
   const int64_t by_elems = kStreamSmallElems / (int64_t(hidden) * (residual ? 2 : 1));
   return by_ctas < by_elems ? by_ctas : by_elems;
 }
 // The last T of the small streaming window (0: none).
-constexpr int64_t stream_small_max(const Program& p, int hidden, bool residual) {
-  return streams(p, hidden) ? stream_small_rows(p, hidden, residual) : 0;
+constexpr int64_t small_window_max(const Program& p, int hidden, bool residual) {
+  return can_stream(p, hidden) ? small_window_rows(p, hidden, residual) : 0;
 }
-constexpr Program streaming(Program p) {
+constexpr Program as_streaming(Program p) {
   p.stages = 0;
   return p;
 }
 
-// The smallest T of the plain forward stream in a wider row group: VPT target 3 instead of 5
-// (H 512 t32 v2, 1536 t64 v3, 2048 t128 v2, 4096 t256 v2, 6144 t256 v3), twice the warps
-// a row and half the chain a thread, where a call is one latency-bound wave. Measured paired
-// against the ring and stream programs of the ring's group (runs/h200-fwd-small-wide.md) at H
-// 512..6144, T 256..3072: faster up to the small streaming bounds of its own program (512 CTAs,
-// 4M elements: H 512 and 768 to T 4096, 1536 to 2048, 2048 and 3072 to 1024, 4096..6144 to
-// 512), e.g. H 1536 T 256 2.75 -> 2.25 us, T 2048 5.25 -> 4.75, H 3072 T 1024 5.25 -> 4.75, H
-// 5120 T 512 5.0 -> 4.5; past them it lost (H 2048 T 2048 5.75 -> 6.75, H 4096 T 1024 6.0 ->
-// 6.9). A row group of its own, so at this window's upper edge the sum of squares is reduced
-// in another order: rstd may move by an ulp or two and y by one ulp of the activation type on
-// a few rows (measured and bounded in tests/test_determinism.py); within each window a row's
-// outputs still do not depend on T. Groups of 32..256 threads (the measured range); the
-// residual route keeps its own small window (not measured this way).
+// The smallest T of the plain forward streams in a wider row group: VPT target 3 instead of 5,
+// twice the warps a row, up to the small streaming bounds of its own program. A row group of
+// its own: at this window's upper edge rstd may move by an ulp or two and y by one ulp on a
+// few rows (bounded in tests/test_determinism.py); within a window a row's outputs do not
+// depend on T (docs/perf/dispatch.md#small-t-group).
 constexpr int kFwdSmallVptTarget = 3;
 constexpr Program forward_small_program(int hidden) {
   const Program g = row_group(hidden, kFwdSmallVptTarget, kMaxFwdTpr, kFwdVpts, kNumFwdVpts);
-  return streaming(shaped(g, forward_groups(g.tpr), 256, false));
+  return as_streaming(shaped(g, forward_groups(g.tpr), 256, false));
 }
-// The last T of the wider group's window (0: none). None where the ring's own group is an
-// exact warp (H 1024 t32 v4): streamed by its constant-width instance it beat the wider t64 v2
-// at T 256 (2.0 vs 2.25 us) and 1024 (2.75 vs 3.0; runs/h200-sweep-narrow-exact.json).
+// The last T of the wider group's window (0: none); none where the ring's own group is an
+// exact warp (H 1024 t32 v4; docs/perf/dispatch.md#small-t-group).
 constexpr int64_t small_group_max(const Program& ring, int hidden) {
   const Program w = forward_small_program(hidden);
   if (w.tpr == ring.tpr || w.tpr < 32 || w.tpr > 256 || !holds_row(w, hidden)) return 0;
   if (ring.tpr == 32 && exact_cover(ring.tpr, ring.vpt, hidden)) return 0;
-  return stream_small_rows(w, hidden, false);
+  return small_window_rows(w, hidden, false);
 }
 constexpr int64_t cta_read_bytes(const Program& p, int hidden, bool residual) {
   return int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
 }
 // The large window's streaming program: the ring's row group, its CTA doubled while that
 // stays a valid program, until it reads kStreamMinCtaBytes.
-constexpr Program streaming_large(const Program& ring, int hidden, bool residual) {
-  Program p = streaming(ring);
+constexpr Program widened_streaming(const Program& ring, int hidden, bool residual) {
+  Program p = as_streaming(ring);
   while (cta_read_bytes(p, hidden, residual) < kStreamMinCtaBytes) {
     Program wider = p;
     wider.cta *= 2;
@@ -279,42 +225,39 @@ constexpr Program streaming_large(const Program& ring, int hidden, bool residual
   return p;
 }
 // The first T of the large streaming window (-1: none).
-constexpr int64_t stream_large_min(const Program& ring, int hidden, bool residual) {
-  if (streams_vpt6(ring, hidden, residual))  // unwidened: its CTA reads >= 16 KB, or it keeps the ring
+constexpr int64_t large_window_min(const Program& ring, int hidden, bool residual) {
+  if (can_stream_vpt6(ring, hidden, residual))  // unwidened: its CTA reads >= 16 KB, or it keeps the ring
     return cta_read_bytes(ring, hidden, residual) >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden)
                                                                          : -1;
-  if (!streams(ring, hidden) || cta_read_bytes(streaming_large(ring, hidden, residual), hidden, residual) <
+  if (!can_stream(ring, hidden) || cta_read_bytes(widened_streaming(ring, hidden, residual), hidden, residual) <
                                     kStreamMinCtaBytes)
     return -1;
   const bool widened = cta_read_bytes(ring, hidden, residual) < kStreamMinCtaBytes;
   return ceil_div(widened ? kStreamWidenedElems : kStreamLargeElems, hidden);
 }
 // Whether the wider group serves every T: where it is an exact warp and the ring never streams
-// (VPT 6 in CTAs that read < 16 KB: H 768, t32 v3 against the ring's t16x8 v6). Measured in two
-// sweeps (runs/h200-sweep-narrow.json, before the exact instances, and -exact.json): t32x8 v3
-// streaming against the ring at T 8192 8.25 vs 8.0 us, T 16384 14.5 vs 14.75, T 65536 50.6 vs
-// 52.4; so H 768 has one row group and no edge across which a row's bits move.
+// (H 768: one row group, no edge across which a row's bits move; docs/perf/dispatch.md#small-t-group).
 constexpr bool small_group_everywhere(const Program& ring, int hidden) {
   const Program w = forward_small_program(hidden);
   return small_group_max(ring, hidden) > 0 && w.tpr == 32 && exact_cover(w.tpr, w.vpt, hidden) &&
-         !streams(ring, hidden) && stream_large_min(ring, hidden, false) < 0;
+         !can_stream(ring, hidden) && large_window_min(ring, hidden, false) < 0;
 }
-static_assert(stream_small_max(forward_program(512), 512, false) == 4096 &&
-                  stream_large_min(forward_program(512), 512, false) == 65536 &&
-                  streaming_large(forward_program(512), 512, false).cta == 256 &&
-                  stream_large_min(forward_program(256), 256, false) == 131072 &&
-                  streaming_large(forward_program(256), 256, false).cta == 256 &&
-                  streaming_large(forward_program(4096), 4096, false).cta == forward_program(4096).cta &&
-                  stream_large_min(forward_program(8), 8, false) == -1 &&
-                  stream_small_max(forward_program(4096), 4096, false) == 1024 &&
-                  stream_large_min(forward_program(4096), 4096, false) == 4096 &&
-                  stream_small_max(forward_program(4096, true), 4096, true) == 512 &&
-                  stream_small_max(forward_program(6144), 6144, false) == 0 &&
-                  stream_large_min(forward_program(6144), 6144, false) == 2731 &&
-                  streaming_large(forward_program(6144), 6144, false).cta == forward_program(6144).cta &&
-                  stream_large_min(forward_program(1536), 1536, false) == 10923 &&
-                  stream_large_min(forward_program(768), 768, false) == -1 &&
-                  stream_large_min(forward_program(6144, true), 6144, true) == 2731,
+static_assert(small_window_max(forward_program(512), 512, false) == 4096 &&
+                  large_window_min(forward_program(512), 512, false) == 65536 &&
+                  widened_streaming(forward_program(512), 512, false).cta == 256 &&
+                  large_window_min(forward_program(256), 256, false) == 131072 &&
+                  widened_streaming(forward_program(256), 256, false).cta == 256 &&
+                  widened_streaming(forward_program(4096), 4096, false).cta == forward_program(4096).cta &&
+                  large_window_min(forward_program(8), 8, false) == -1 &&
+                  small_window_max(forward_program(4096), 4096, false) == 1024 &&
+                  large_window_min(forward_program(4096), 4096, false) == 4096 &&
+                  small_window_max(forward_program(4096, true), 4096, true) == 512 &&
+                  small_window_max(forward_program(6144), 6144, false) == 0 &&
+                  large_window_min(forward_program(6144), 6144, false) == 2731 &&
+                  widened_streaming(forward_program(6144), 6144, false).cta == forward_program(6144).cta &&
+                  large_window_min(forward_program(1536), 1536, false) == 10923 &&
+                  large_window_min(forward_program(768), 768, false) == -1 &&
+                  large_window_min(forward_program(6144, true), 6144, true) == 2731,
               "streaming windows at the measured widths");
 static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_small_program(512).tpr == 32 &&
                   forward_small_program(512).cta == 256 && small_group_max(forward_program(768), 768) == 4096 &&
@@ -333,33 +276,25 @@ static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_smal
               "the wider small-T group at the measured widths; none at H 256 (16 threads), 1024 (an exact warp "
               "ring) or 8192 (512); at every T for H 768");
 
-// Narrow exact rows of the plain forward, whose first streaming window runs an exact group of
-// at most a warp (H 256 t8 v4, 512 t32 v2 (the wider small-T group), 1024 t32 v4): past that
-// window the same group streams kStreamRows rows a group in 128-thread CTAs, in place of the
-// ring and its widened twin. Each thread has its 4 rows' loads in flight at once, where the
-// ring's persistent groups kept one row ahead and one-row streaming CTAs turned over 4x as
-// often. One row group at every T, so these widths have no window edge across which a row's
-// bits move. Measured paired against the tables before (runs/h200-stream-rows.md, H 512 on two
-// GPUs): H 512 T 8192..65536 6.25 -> 6.12, 10.25 -> 9.75, 18.9 -> 18.4, 35.6 -> 34.6 us;
-// H 1024 T 4096..65536 6.25 -> 6.0, 19.5 -> 18.5, 68.1 -> 67.5; the per-head view [T, 24, 256]
-// at T 1024..16384 8.25 -> 7.9, 27.75 -> 27.0, 100.5 -> 100.25, tied at T 65536 (392). H 768
-// (t32 v3, one window) measured no faster with several rows (T 65536, 128-thread CTAs: 51.1 us
-// one row, 51.4 four).
-constexpr Program streaming_rows(Program p) {
+// Narrow exact rows of the plain forward (H 256 t8 v4, 512 t32 v2, 1024 t32 v4): past their
+// first streaming window the same group streams kStreamRows rows a group in 128-thread CTAs,
+// in place of the ring and its widened twin; one row group at every T, so no window edge
+// moves a row's bits (docs/perf/dispatch.md#multirow).
+constexpr Program multirow_streaming(Program p) {
   p.stages = 0;
-  p.rows = kStreamRows;
+  p.group_rows = kStreamRows;
   p.cta = p.tpr < kFwdMinCtaThreads ? kFwdMinCtaThreads : p.tpr;
   return p;
 }
-constexpr bool streams_rows(const Program& first, int hidden) {
+constexpr bool can_stream_rows(const Program& first, int hidden) {
   return first.stages == 0 && first.tpr <= 32 && exact_cover(first.tpr, first.vpt, hidden);
 }
-static_assert(streams_rows(streaming(forward_program(256)), 256) && streams_rows(forward_small_program(512), 512) &&
-                  streams_rows(streaming(forward_program(1024)), 1024) &&
-                  !streams_rows(streaming(forward_program(2048)), 2048) &&
-                  streaming_rows(forward_small_program(512)).cta == 128 &&
-                  program_valid(streaming_rows(forward_small_program(512)), false) &&
-                  program_valid(streaming_rows(streaming(forward_program(256))), false),
+static_assert(can_stream_rows(as_streaming(forward_program(256)), 256) && can_stream_rows(forward_small_program(512), 512) &&
+                  can_stream_rows(as_streaming(forward_program(1024)), 1024) &&
+                  !can_stream_rows(as_streaming(forward_program(2048)), 2048) &&
+                  multirow_streaming(forward_small_program(512)).cta == 128 &&
+                  program_valid(multirow_streaming(forward_small_program(512)), false) &&
+                  program_valid(multirow_streaming(as_streaming(forward_program(256))), false),
               "several rows a group at H 256, 512 and 1024 only");
 
 constexpr Program backward_program(int hidden) {
@@ -389,9 +324,9 @@ static_assert(backward_program(1 << 20).tpr == kMaxBwdTpr && backward_program(1 
 constexpr bool widths_valid(const int* hs, int n) {
   for (int i = 0; i < n; ++i)
     if (!program_valid(forward_program(hs[i]), false) || !program_valid(forward_program(hs[i], true), false) ||
-        !program_valid(streaming(forward_program(hs[i])), false) ||
-        !program_valid(streaming_large(forward_program(hs[i]), hs[i], false), false) ||
-        !program_valid(streaming_large(forward_program(hs[i], true), hs[i], true), false) ||
+        !program_valid(as_streaming(forward_program(hs[i])), false) ||
+        !program_valid(widened_streaming(forward_program(hs[i]), hs[i], false), false) ||
+        !program_valid(widened_streaming(forward_program(hs[i], true), hs[i], true), false) ||
         !program_valid(backward_program(hs[i]), true))
       return false;
   return true;

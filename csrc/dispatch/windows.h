@@ -75,9 +75,9 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   // Forward: the ring program, and its streaming twins below small and from large, after the
   // plain route's wider group at the smallest T (programs.h).
   const bool res = has_residual(route);
-  const Program ring = forward_program(h, res), stream = streaming(ring), wide = streaming_large(ring, h, res);
+  const Program ring = forward_program(h, res), stream = as_streaming(ring), wide = widened_streaming(ring, h, res);
   const int64_t group_max = res ? 0 : small_group_max(ring, h);
-  const int64_t small = stream_small_max(ring, h, res), large = stream_large_min(ring, h, res);
+  const int64_t small = small_window_max(ring, h, res), large = large_window_min(ring, h, res);
   Window w[kMaxWindows];
   int n = 0;
   int64_t lo = 0;  // the last T served so far
@@ -86,9 +86,9 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   } else {
     if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h)}, lo = group_max;
     const Program first = group_max > 0 ? forward_small_program(h) : stream;
-    if (!res && (group_max > 0 || small > 0) && streams_rows(first, h)) {  // narrow exact rows (programs.h)
+    if (!res && (group_max > 0 || small > 0) && can_stream_rows(first, h)) {  // narrow exact rows (programs.h)
       if (group_max == 0) w[n++] = Window{0, small, stream}, lo = small;
-      w[n++] = Window{lo, -1, streaming_rows(first)};
+      w[n++] = Window{lo, -1, multirow_streaming(first)};
     } else {
       ring_windows(w, n, lo, small, large, stream, ring, wide);
     }
@@ -134,8 +134,8 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
 // "general_t256x1_v4_s3": threads per row, row groups per CTA, vectors per thread, ring
 // stages; "_r4" where a streaming group takes several rows.
 inline void program_name(const Program& p, char* buf, size_t n) {
-  if (p.rows > 1)
-    snprintf(buf, n, "general_t%dx%d_v%d_s%d_r%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages, p.rows);
+  if (p.group_rows > 1)
+    snprintf(buf, n, "general_t%dx%d_v%d_s%d_r%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages, p.group_rows);
   else
     snprintf(buf, n, "general_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
 }

@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // kRows > 1: each group takes rows first, first + rpc, ... (kRows of them, the CTA's rows
 // contiguous), all their loads issued before the first row's sum, then each row's body in turn:
 // more bytes in flight a thread and a quarter of the CTAs to schedule (programs.h,
-// streaming_rows). Each row's body is the one-row kernel's, so its bits are too.
+// multirow_streaming). Each row's body is the one-row kernel's, so its bits are too.
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0, int kRows = 1>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     rmsnorm_fwd_stream_kernel(const FwdParams p) {

@@ -288,7 +288,6 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
     a.workspace = workspace->data_ptr();
     a.workspace_bytes = static_cast<size_t>(workspace->numel()) * workspace->element_size();
   }
-  a.deterministic = 1;
   a.max_ctas = static_cast<int>(max_ctas);
   a.accumulate_dw = accumulate ? 1 : 0;
   a.dw_in_w_dtype = dw16 ? 1 : 0;

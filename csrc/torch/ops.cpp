@@ -31,15 +31,16 @@ STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
   m.def(
       "fwd_residual_out(Tensor x, Tensor residual, Tensor w, float eps, Tensor(a!) y, "
       "Tensor(b!) rstd, Tensor(c!) h_new) -> ()");
-  // dw_in_w_dtype: dw in a 16-bit w's dtype (what autograd returns), else FP32.
+  // dw_in_w_dtype: dw in a 16-bit w's dtype (what autograd returns), else FP32. No determinism
+  // flag: dw is reproducible on every path (the Python API's deterministic=False runs it too).
   m.def(
-      "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic, "
-      "bool dw_in_w_dtype=False) -> (Tensor, Tensor)");
+      "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool dw_in_w_dtype=False) "
+      "-> (Tensor, Tensor)");
   m.def("bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) -> Tensor");
   // dw None skips the weight gradient; accumulate adds the sum into dw (main_grad buffers);
   // workspace None with dw: the op allocates one.
   m.def(
-      "bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool deterministic, "
+      "bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, "
       "Tensor(a!) dx, Tensor(b!)? dw, Tensor(c!)? workspace, int max_ctas=0, bool accumulate=False) -> ()");
 }
 

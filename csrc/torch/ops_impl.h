@@ -46,9 +46,7 @@ struct Ops {
 
   // dw_in_w_dtype: dw comes back in a 16-bit w's dtype, rounded once by the finalize (autograd).
   static std::tuple<Tensor, Tensor> bwd(Tensor g, Tensor x, Tensor w, Tensor rstd,
-                                        std::optional<Tensor> g_residual, bool deterministic,
-                                        bool dw_in_w_dtype) {
-    (void)deterministic;  // one path so far: the deterministic one serves both modes
+                                        std::optional<Tensor> g_residual, bool dw_in_w_dtype) {
     check_x(x);
     auto ctx = StreamOf::enter(x);
     Tensor dx = new_like(x, x.scalar_type());
@@ -66,10 +64,9 @@ struct Ops {
     return dx;
   }
 
-  static void bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
-                      bool deterministic, Tensor dx, std::optional<Tensor> dw,
-                      std::optional<Tensor> workspace, int64_t max_ctas, bool accumulate) {
-    (void)deterministic;
+  static void bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual, Tensor dx,
+                      std::optional<Tensor> dw, std::optional<Tensor> workspace, int64_t max_ctas,
+                      bool accumulate) {
     STD_TORCH_CHECK(max_ctas >= 0, "max_ctas must be >= 0");
     check_x(x);
     auto ctx = StreamOf::enter(x);

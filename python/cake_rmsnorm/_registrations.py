@@ -41,7 +41,7 @@ def _fwd_residual_out_fake(x, residual, w, eps, y, rstd, h_new):
 
 
 @torch.library.register_fake(f"{_NS}::bwd")
-def _bwd_fake(g, x, w, rstd, g_residual, deterministic, dw_in_w_dtype=False):
+def _bwd_fake(g, x, w, rstd, g_residual, dw_in_w_dtype=False):
     _install_fusion()
     return x.new_empty(x.shape), x.new_empty(x.shape[-1:], dtype=w.dtype if dw_in_w_dtype else torch.float32)
 
@@ -53,6 +53,6 @@ def _bwd_dx_fake(g, x, w, rstd, g_residual):
 
 
 @torch.library.register_fake(f"{_NS}::bwd_out")
-def _bwd_out_fake(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, max_ctas=0, accumulate=False):
+def _bwd_out_fake(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas=0, accumulate=False):
     return None
 

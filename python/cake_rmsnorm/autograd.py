@@ -23,10 +23,10 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
         grad_y = torch.zeros_like(xs)
     if main_grad is not None:
         dx = torch.empty_like(xs)
-        _bwd_out(grad_y, xs, w, rstd, g_res, True, dx, main_grad, None, 0, True)
+        _bwd_out(grad_y, xs, w, rstd, g_res, dx, main_grad, None, 0, True)
         return dx, None
     if w_needs_grad:
-        return _bwd(grad_y, xs, w, rstd, g_res, True, True)
+        return _bwd(grad_y, xs, w, rstd, g_res, True)
     return _bwd_dx(grad_y, xs, w, rstd, g_res), None
 
 

@@ -285,13 +285,13 @@ def cake_rmsnorm_train_backward(
     if not weight_grad and dx is None:
         return ops.bwd_dx(g, x, w, rstd, g_residual), None
     if dx is None and dw is None and workspace is None:
-        return ops.bwd(g, x, w, rstd, g_residual, deterministic)
+        return ops.bwd(g, x, w, rstd, g_residual)
     dx1 = dx if dx is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
     if not weight_grad:
-        ops.bwd_out(g, x, w, rstd, g_residual, deterministic, dx1, None, None)
+        ops.bwd_out(g, x, w, rstd, g_residual, dx1, None, None)
         return dx1, None
     dw1 = dw if dw is not None else x.new_empty((hidden,), dtype=torch.float32)
-    ops.bwd_out(g, x, w, rstd, g_residual, deterministic, dx1, dw1, workspace, 0, accumulate)
+    ops.bwd_out(g, x, w, rstd, g_residual, dx1, dw1, workspace, 0, accumulate)
     return dx1, dw1
 
 

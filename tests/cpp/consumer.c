@@ -83,7 +83,6 @@ static cake_status_t run(cake_device_t dev, const Buffers* b, void* stream) {
   a.dw = b->dw;
   a.workspace = b->ws;
   a.workspace_bytes = b->ws_bytes;
-  a.deterministic = 1;
   return cake_rmsnorm_backward(&a, stream);
 }
 

@@ -86,7 +86,6 @@ typedef struct {
                        weight gradient and its work */
   void* workspace;  /* cake_rmsnorm_backward_workspace_bytes(rows, hidden) bytes, any content */
   size_t workspace_bytes;
-  int deterministic; /* 1: reproducible dw bits (the only path built so far) */
   int max_ctas;      /* 0: the library's choice; > 0 caps the CUDA grid (dw bits do not change) */
   int accumulate_dw; /* 1: dw += the sum (one rounding of the compensated sum into dw); FP32 dw only */
   int dw_in_w_dtype; /* 1: dw is of w_dtype, the FP32 sum rounded once by the finalize (what autograd

@@ -45,15 +45,16 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(
 }
 
 // (dx, dw); g_residual, when given, is added into dx. dw is FP32, or in w's dtype with
-// dw_in_w_dtype (rounded once from the FP32 sum by the finalize).
+// dw_in_w_dtype (rounded once from the FP32 sum by the finalize); its bits are reproducible on
+// every path (there is no non-deterministic one).
 inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w,
                                                    const at::Tensor& rstd,
                                                    const std::optional<at::Tensor>& g_residual = std::nullopt,
-                                                   bool deterministic = true, bool dw_in_w_dtype = false) {
+                                                   bool dw_in_w_dtype = false) {
   static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-      const std::optional<at::Tensor>&, bool, bool)>("cake_rmsnorm::bwd");
-  return h.call(g, x, w, rstd, g_residual, deterministic, dw_in_w_dtype);
+      const std::optional<at::Tensor>&, bool)>("cake_rmsnorm::bwd");
+  return h.call(g, x, w, rstd, g_residual, dw_in_w_dtype);
 }
 
 // Writes dx and dw into caller buffers with a caller workspace of at least
@@ -62,13 +63,13 @@ inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at
 inline void backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
                          const std::optional<at::Tensor>& g_residual, at::Tensor& dx,
                          const std::optional<at::Tensor>& dw, const std::optional<at::Tensor>& workspace,
-                         bool accumulate = false, bool deterministic = true) {
+                         bool accumulate = false) {
   // The signature must match the schema exactly: the dispatcher boxes the arguments as given.
   static auto h = detail::op<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                  const std::optional<at::Tensor>&, bool, at::Tensor&,
+                                  const std::optional<at::Tensor>&, at::Tensor&,
                                   const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t,
                                   bool)>("cake_rmsnorm::bwd_out");
-  h.call(g, x, w, rstd, g_residual, deterministic, dx, dw, workspace, 0, accumulate);
+  h.call(g, x, w, rstd, g_residual, dx, dw, workspace, 0, accumulate);
 }
 
 }  // namespace cake_rmsnorm

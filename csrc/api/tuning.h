@@ -1,0 +1,16 @@
+// The tuning hooks' state (this thread's program override and exact-group switch, set through
+// cake_rmsnorm_set_program_override / cake_rmsnorm_set_exact_groups) and the one place a call's
+// program is resolved: the dispatch tables' choice, or the override. CUDA-free.
+#pragma once
+
+#include <stdint.h>
+
+#include "../dispatch/windows.h"
+
+namespace cake {
+
+// The program a launch of `rows` rows on `route` uses on architecture `sm`, with this
+// thread's tuning applied; false if an override cannot run the route (its ring too large).
+bool program_for_call(Route route, int64_t hidden, int64_t rows, int sm, Program* out);
+
+}  // namespace cake
