@@ -27,7 +27,7 @@ int fp32_backward_nv(const BwdParams& p, cudaStream_t s) {
   kernel<<<grid, cta, smem, s>>>(q);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
-  return launch_finalize<WT>(q, s);
+  return launch_finalize<WT>(q, finalize_shape(q.chunks, q.hidden, resident_sms()), s);
 }
 
 template <typename TG, typename WT, bool RES>

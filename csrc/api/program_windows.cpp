@@ -1,6 +1,7 @@
-// The exported window-table query.
+// The exported window-table and launch-plan queries.
 #include "cake_rmsnorm/cake_rmsnorm.h"
 
+#include "../dispatch/plan.h"
 #include "../dispatch/windows.h"
 
 extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
@@ -15,4 +16,43 @@ extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, i
     cake::program_name(tmp[i].program, out[i].program, sizeof(out[i].program));
   }
   return n;
+}
+
+extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
+                                        int w_fp32, cake_rmsnorm_plan* out) {
+  cake::Route r;
+  cake::Window tmp[cake::kMaxWindows];
+  if (!cake::parse_route(route, &r) || out == nullptr || rows < 0 || sms < 0 ||
+      cake::windows_for(r, hidden, sm, tmp, cake::kMaxWindows) < 0)
+    return -1;
+  *out = cake_rmsnorm_plan{};
+  const int h = static_cast<int>(hidden);
+  const cake::Program table = cake::select_program(r, hidden, rows, sm);
+  const bool res = cake::has_residual(r);
+  if (cake::is_forward(r)) {
+    const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32 != 0, res);
+    cake::program_name(f.program, out->program, sizeof(out->program));
+    out->streaming = f.program.stages == 0;
+    out->exact = f.exact;
+    out->warp_sync = f.sync == cake::GroupSync::kWarp;
+    out->w_load = f.program.stages != 0 ? -1 : static_cast<int>(f.wload);
+    return 0;
+  }
+  const int64_t chunks = cake::backward_chunks(rows, hidden);
+  const int c = static_cast<int>(chunks);
+  const int64_t q = c > 0 ? rows / c : 0;
+  const int rem = c > 0 ? static_cast<int>(rows % c) : 0;
+  cake::Program twin = table;
+  const bool has_twin = cake::pair_candidate(table, q, rem, &twin);
+  // The plan without pairs (a resident count of 0), and the count from which they run.
+  const cake::BwdPlan b = cake::plan_backward(table, h, c, q, rem, sms, 0);
+  cake::program_name(b.program, out->program, sizeof(out->program));
+  out->exact = b.exact;
+  out->w_load = -1;
+  out->chunks = chunks;
+  out->pair_min_resident = has_twin ? static_cast<int>(2 * cake::ceil_div(c, twin.cta / twin.tpr / 2)) : 0;
+  out->pair_cta = has_twin ? twin.cta : 0;
+  out->finalize_cols = b.finalize.cols;
+  out->finalize_lanes = b.finalize.lanes;
+  return 0;
 }

@@ -9,14 +9,6 @@
 
 namespace cake {
 
-// Where the streaming forward loads w, chosen per launch (launch_forward.cuh); the bits are the
-// same for all three. kFirst: with x, so every load of the row is in flight at once; at VPT 6
-// that holds 74-118 registers a thread, and 72-77 with an FP32 w at VPT 4 (2 or 3 CTAs of 256
-// threads an SM). kBeforeSum issues w's loads once the thread's sum of squares is done, where
-// they overlap group_sum: 71-72 registers at VPT 6, 64 forced at VPT <= 4. kAtUse (FP32 w at
-// VPT 6 and 8, which hold 97-128 before the sum) loads each vector as the output needs it: 55-70.
-// docs/perf/runs/h200-stream-wload.md has the measurements.
-enum class WLoad { kFirst, kBeforeSum, kAtUse };
 
 // w for the ring kernel: loaded once a CTA, held in registers across its rows.
 template <typename WT, int VPT>

@@ -33,6 +33,23 @@ CAKE_HD constexpr int finalize_lanes(int chunks) {
   return chunks >= kFinalizeWideChunks ? kFinalizeLanesWide : kFinalizeLanes;
 }
 
+// Where the streaming forward loads w, chosen per launch (dispatch/plan.h); the bits are the
+// same for all three. kFirst: with x, so every load of the row is in flight at once; at VPT 6
+// that holds 74-118 registers a thread, and 72-77 with an FP32 w at VPT 4 (2 or 3 CTAs of 256
+// threads an SM). kBeforeSum issues w's loads once the thread's sum of squares is done, where
+// they overlap group_sum: 71-72 registers at VPT 6, 64 forced at VPT <= 4. kAtUse (FP32 w at
+// VPT 6 and 8, which hold 97-128 before the sum) loads each vector as the output needs it: 55-70.
+// docs/perf/runs/h200-stream-wload.md has the measurements.
+enum class WLoad { kFirst, kBeforeSum, kAtUse };
+
+// How group_sum's threads meet. kWarp: the kernel instance only runs groups of at most a warp,
+// so it shuffles and needs neither a barrier nor scratch. That matters for occupancy: a named
+// barrier whose id is a register makes ptxas reserve all 16 of the CTA's barriers, which held
+// any such kernel to 4 CTAs an SM on the H200 (ncu "Block Limit Barriers"; with 32-thread CTAs
+// 6 % occupancy), and the 128 bytes of static scratch let the driver pick an 8 KB shared-memory
+// carveout (7 CTAs). kNamed: groups of any width (tpr), as below.
+enum class GroupSync { kWarp, kNamed };
+
 struct FwdParams {
   const void* x;
   int64_t x_stride;

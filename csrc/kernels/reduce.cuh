@@ -1,6 +1,8 @@
 // Sum over the threads of one row group. Torch-free.
 #pragma once
 
+#include "params.h"
+
 namespace cake {
 
 // Synchronises the `count` threads (a multiple of 32) of one row group on barrier `id`
@@ -55,13 +57,6 @@ __device__ __forceinline__ float xor_sum(float v, int width) {
   return v;
 }
 
-// How group_sum's threads meet. kWarp: the kernel instance only runs groups of at most a warp,
-// so it shuffles and needs neither a barrier nor scratch. That matters for occupancy: a named
-// barrier whose id is a register makes ptxas reserve all 16 of the CTA's barriers, which held
-// any such kernel to 4 CTAs an SM on the H200 (ncu "Block Limit Barriers"; with 32-thread CTAs
-// 6 % occupancy), and the 128 bytes of static scratch let the driver pick an 8 KB shared-memory
-// carveout (7 CTAs). kNamed: groups of any width (tpr), as below.
-enum class GroupSync { kWarp, kNamed };
 
 // A row group is `tpr` consecutive threads, tpr a power of two. Groups up to a warp reduce
 // with an xor butterfly inside their aligned lanes (every lane ends with the same bits, as

@@ -11,7 +11,7 @@ import os
 import torch
 
 from ._version import __version__
-from ._lib import SHIPPED_ARCHS, built_archs, library_path, ops, windows as _windows
+from ._lib import SHIPPED_ARCHS, built_archs, library_path, ops, plan as _plan, windows as _windows
 from . import _registrations  # noqa: F401  (fakes of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
 from .nn import RMSNorm
@@ -93,6 +93,58 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     return out
 
 
+def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: int = None, sms: int = None,
+                device=None) -> dict:
+    """What one call of BF16/FP16 activations runs: the plan the launchers resolve.
+
+    Parameters
+    ----------
+    route : str
+        One of ``ROUTES``.
+    hidden, tokens : int
+        The row width (a multiple of 8) and the number of rows (tokens, or tokens x heads).
+    weight_dtype : torch.dtype, optional
+        torch.float32 or a 16-bit dtype (default: 16-bit); the forward's w load depends on it.
+    sm, sms : int, optional
+        Architecture (one of ``SHIPPED_ARCHS``) and SM count; taken from ``device`` (or the
+        current CUDA device) when omitted. The SM count sets the backward's finalize shape.
+
+    Returns
+    -------
+    dict
+        ``program`` (named as in :func:`program_windows`, ``_r{rows}`` where a streaming group
+        takes several rows) and ``exact`` (the constant-width instance of an exact narrow
+        group); the forward adds ``kernel`` ("ring" or "streaming"), ``warp_sync`` and, when
+        streaming, ``w_load``; the backward adds ``chunks`` (dw partials), ``finalize``
+        (columns a CTA, lanes a column) and, where the program has a row-pair twin, ``pairs``:
+        its CTA and the resident CTAs of the pair kernel from which it runs (a device fact
+        the launcher queries). FP32 activations run their own kernels and have no plan.
+    """
+    for name, v in (("hidden", hidden), ("tokens", tokens)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    if hidden <= 0 or hidden % 8:
+        raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
+    if tokens < 0:
+        raise ValueError(f"tokens must be >= 0, got {tokens}")
+    if weight_dtype is not None and weight_dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise TypeError(f"weight_dtype must be torch.float32, torch.bfloat16 or torch.float16, got {weight_dtype}")
+    if sm is None or sms is None:
+        dev = torch.device(device if device is not None else "cuda")
+        if sm is None:
+            sm = _device_sm(dev)
+        if sms is None:
+            if dev.type != "cuda" or not torch.cuda.is_available():
+                raise ValueError("launch_plan: no CUDA device to take the SM count from; pass sms=")
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    out = _plan(route, hidden, tokens, sm, sms, weight_dtype == torch.float32)
+    if out is None:
+        raise ValueError(f"sm must be one of {_ARCH_NAMES}, got {sm}")
+    return out
+
+
 def get_include() -> str:
     """Directory holding the public C header ``cake_rmsnorm/cake_rmsnorm.h``."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -121,6 +173,7 @@ __all__ = [
     "cake_rmsnorm_det_train_backward_workspace",
     "weight_dtypes",
     "program_windows",
+    "launch_plan",
     "built_archs",
     "SHIPPED_ARCHS",
     "get_include",

@@ -28,6 +28,21 @@ def windows_text(hidden, sm, routes=None):
     return "\n".join(lines)
 
 
+def plans_text(hidden, tokens, sm, sms, routes=None, weight_fp32=False):
+    """What each call runs (cake_rmsnorm.launch_plan), one line per width, route and T."""
+    import cake_rmsnorm as cr
+    import torch
+    wd = torch.float32 if weight_fp32 else None
+    lines = []
+    for h in hidden:
+        for route in routes or cr.ROUTES:
+            for t in tokens:
+                plan = cr.launch_plan(route, h, t, weight_dtype=wd, sm=sm, sms=sms)
+                rest = ", ".join(f"{k} {v}" for k, v in plan.items() if k != "program")
+                lines.append(f"sm_{sm}a {route} H={h} T={t}: {plan['program']} ({rest})")
+    return "\n".join(lines)
+
+
 def _windows_main(argv):
     import cake_rmsnorm as cr
     p = argparse.ArgumentParser(prog="python -m cake_rmsnorm windows", description=windows_text.__doc__)
@@ -36,16 +51,23 @@ def _windows_main(argv):
     p.add_argument("--sm", type=int, default=None,
                    help=f"one of {', '.join(map(str, cr.SHIPPED_ARCHS))} (default: the current CUDA device's)")
     p.add_argument("--route", choices=cr.ROUTES, action="append", help="one route (repeatable); all by default")
+    p.add_argument("--plan", default=None, type=lambda s: [int(v) for v in s.split(",")], metavar="T,T,...",
+                   help="also print what a call of each of these token counts runs (launch_plan)")
+    p.add_argument("--sms", type=int, default=None, help="--plan: the SM count (default: the current device's)")
+    p.add_argument("--fp32-weight", action="store_true", help="--plan: an FP32 weight (default: 16-bit)")
     a = p.parse_args(argv)
-    sm = a.sm
-    if sm is None:
+    sm, sms = a.sm, a.sms
+    if sm is None or (a.plan and sms is None):
         import torch
         if not torch.cuda.is_available():
-            p.error("no CUDA device: pass --sm")
+            p.error("no CUDA device: pass --sm (and --sms with --plan)")
         major, minor = torch.cuda.get_device_capability()
-        sm = 10 * major + minor
+        sm = 10 * major + minor if sm is None else sm
+        sms = torch.cuda.get_device_properties(0).multi_processor_count if sms is None else sms
     try:
         print(windows_text(a.hidden, sm, a.route))
+        if a.plan:
+            print(plans_text(a.hidden, a.plan, sm, sms, a.route, a.fp32_weight))
     except ValueError as e:
         p.error(str(e))
     return 0

@@ -41,6 +41,17 @@ _c.cake_rmsnorm_program_windows.restype = ctypes.c_int
 _c.cake_rmsnorm_program_windows.argtypes = [
     ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
 
+class _Plan(ctypes.Structure):
+    _fields_ = [("program", ctypes.c_char * 48), ("streaming", ctypes.c_int), ("exact", ctypes.c_int),
+                ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
+                ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
+                ("finalize_lanes", ctypes.c_int)]
+
+
+_c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
+_c.cake_rmsnorm_launch_plan.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+                                        ctypes.c_int, ctypes.POINTER(_Plan)]
+
 _c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
 _c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 7
 _c.cake_rmsnorm_set_exact_groups.restype = ctypes.c_int
@@ -94,3 +105,23 @@ def windows(route: str, hidden: int, sm: int) -> list:
     if n < 0:
         return []
     return [(w.above, None if w.at_most < 0 else w.at_most, w.program.decode()) for w in buf[:n]]
+
+
+_W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
+
+
+def plan(route: str, hidden: int, rows: int, sm: int, sms: int, w_fp32: bool):
+    """The launch plan as a dict, or None when the route or width is not served."""
+    out = _Plan()
+    if _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, int(w_fp32), ctypes.byref(out)) != 0:
+        return None
+    d = {"program": out.program.decode(), "exact": bool(out.exact)}
+    if route.startswith("fwd"):
+        d.update(kernel="streaming" if out.streaming else "ring", warp_sync=bool(out.warp_sync))
+        if out.streaming:
+            d["w_load"] = _W_LOADS[out.w_load]
+    else:
+        d.update(chunks=out.chunks, finalize=(out.finalize_cols, out.finalize_lanes))
+        if out.pair_cta:
+            d["pairs"] = {"cta": out.pair_cta, "when_resident_ctas_at_least": out.pair_min_resident}
+    return d

@@ -120,6 +120,30 @@ CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden);
 CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
                                           cake_rmsnorm_window* out, int capacity);
 
+/* What one launch of BF16/FP16 activations runs (dispatch/plan.h): the plan the launchers
+ * resolve for `rows` rows of `hidden` on `route`, with an FP32 (w_fp32 = 1) or 16-bit weight,
+ * on architecture `sm` with `sms` SMs (the finalize's shape depends on it). Returns 0, or -1
+ * when the route or width is not served. FP32 activations run their own kernels
+ * (kernels/fp32_width.h) and have no plan here. */
+typedef struct {
+  char program[48];      /* as cake_rmsnorm_program_windows names it, _r<rows> where a streaming
+                            group takes several rows */
+  int streaming;         /* forward: 1 the streaming kernel (no ring), 0 the ring kernel */
+  int exact;             /* 1: the constant-width instance of an exact narrow group */
+  int warp_sync;         /* 1: groups of at most a warp, no barrier (GroupSync::kWarp) */
+  int w_load;            /* streaming forward: 0 with x, 1 after the sum of squares, 2 at each use;
+                            -1 otherwise */
+  int64_t chunks;        /* backward: dw partial chunks (a function of rows and hidden alone) */
+  int pair_min_resident; /* backward: row pairs run where the pair kernel holds at least this many
+                            CTAs on the device (0: no pair twin) */
+  int pair_cta;          /* backward: the pair twin's CTA threads (0: none) */
+  int finalize_cols;     /* backward: dw columns a finalize CTA takes */
+  int finalize_lanes;    /* backward: lanes a finalize column sums its chunks into */
+} cake_rmsnorm_plan;
+
+CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
+                                      int w_fp32, cake_rmsnorm_plan* out);
+
 /* The architectures this library carries machine code for, as a bit mask: bit i is the i-th
  * of CAKE_RMSNORM_SHIPPED_ARCHS (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3:
  * sm_107a); 0 in a CPU-only build. */

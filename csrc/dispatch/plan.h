@@ -1,0 +1,137 @@
+// One launch's plan: everything about a call that is not its data, resolved from the window
+// tables (windows.h) and the call's shape, weight dtype and route. The launchers
+// (api/launch_*.cuh) only map a plan to its kernel instance and grid; the two device facts a
+// plan needs (the SM count, and a pair kernel's resident CTAs) are passed in. CUDA-free and
+// torch-free, so the C API's plan query (program_windows.cpp) prints what the launchers run.
+#pragma once
+
+#include <stdint.h>
+
+#include "programs.h"
+
+namespace cake {
+
+// ---- forward ----------------------------------------------------------------------------
+
+// Several rows a streaming group are compiled for the plain route with a 16-bit w, or an FP32 w
+// at up to 3 vectors a thread: 4 rows of x and an FP32 w at VPT 4 spill (24-32 bytes at 128
+// registers), and the residual route (not measured with several rows) doubles the loads held.
+constexpr bool multirow_instance(bool w_fp32, bool residual, int vpt) { return !residual && (!w_fp32 || vpt <= 3); }
+
+// A program of several rows a group with no instance for them runs the ring program of its row
+// group instead, with the same bits: with an FP32 w at H 256 and 1024 that ring measured faster
+// than one row a group (H 256 T 16384 6.5 vs 7.25 us, H 1024 T 65536 70.0 vs 75.0;
+// runs/h200-stream-rows.md).
+constexpr Program without_rows(Program prog, bool w_fp32, bool residual) {
+  if (prog.group_rows == 1 || multirow_instance(w_fp32, residual, prog.vpt)) return prog;
+  Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr), 256, false);
+  ring.exact = prog.exact;
+  return ring;
+}
+
+struct FwdPlan {
+  Program program;  // what the grid runs (group_rows: the rows a streaming group takes)
+  GroupSync sync;   // kWarp: groups of at most a warp with up to 4 vectors a thread
+  WLoad wload;      // the streaming kernel's w load (the ring kernel holds w a CTA)
+  bool exact;       // the constant-width instance (streaming exact narrow groups)
+};
+
+// Groups of at most a warp with up to 4 vectors a thread run the instance without barrier or
+// scratch (GroupSync::kWarp) and its lean row code; the same bits either way. Where the
+// streaming kernel loads w, as measured on the plain route (runs/h200-stream-wload.md): late at
+// VPT 6 and 8 (at each use with an FP32 w) and for groups of two warps or more (an FP32 w there
+// only from 2^26 elements: H 4096 T 4096 19.0 us first against 20.75 before the sum, T 65536
+// 269 against 256.5); narrow groups and the residual route measured fastest or tied with w
+// first, where the exact narrow groups take their constant-width instance.
+constexpr int64_t kFp32WLateElems = int64_t(1) << 26;
+constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, bool w_fp32, bool residual) {
+  FwdPlan f{without_rows(table, w_fp32, residual), GroupSync::kNamed, WLoad::kFirst, false};
+  if (f.program.vpt <= 4 && f.program.tpr <= 32) f.sync = GroupSync::kWarp;
+  if (f.program.stages != 0) return f;  // the ring kernel
+  const bool wide_vpt = f.program.vpt >= 6;
+  const bool wide_group = f.program.tpr >= 64 && (!w_fp32 || rows * hidden >= kFp32WLateElems);
+  if (!residual && wide_vpt && w_fp32) {
+    f.wload = WLoad::kAtUse;
+  } else if (!residual && (wide_vpt || wide_group)) {
+    f.wload = WLoad::kBeforeSum;
+  } else {
+    f.exact = f.sync == GroupSync::kWarp && f.program.exact && exact_cover(f.program.tpr, f.program.vpt, hidden);
+  }
+  // Only the constant-width instances take several rows a group; any other runs one.
+  if (!f.exact || !multirow_instance(w_fp32, residual, f.program.vpt)) f.program.group_rows = 1;
+  return f;
+}
+
+// ---- backward ---------------------------------------------------------------------------
+
+// Columns a finalize CTA takes: 8 (256 threads) while that grid still fits one CTA a SM, so
+// narrow rows' partials are pulled by four times the SMs; 32 (1024 threads) otherwise; 128
+// lanes (from kFinalizeWideChunks chunks) take 8 columns, whose warps read whole 32-byte
+// sectors of each chunk's row. Same bits either way. Measured against 32 everywhere
+// (docs/perf/README.md): H 512 bwd 6.25 -> 5.75 us at T 1024, but 8 columns at H 2048 and 4096
+// (256 and 512 CTAs) lost 0.4-0.75 us at T <= 1024, hence the one-CTA-a-SM bound.
+struct FinalizeShape {
+  int cols, lanes;
+};
+constexpr FinalizeShape finalize_shape(int chunks, int hidden, int64_t sms) {
+  if (finalize_lanes(chunks) == kFinalizeLanesWide) return FinalizeShape{8, kFinalizeLanesWide};
+  return FinalizeShape{sms > 0 && (hidden + 7) / 8 <= sms ? 8 : 32, kFinalizeLanes};
+}
+
+// Whether the backward's instance for `prog` is an exact group's (the same bits, no masks or
+// rest loops): 32-thread groups, paired or not, and 16-thread groups unpaired.
+constexpr bool backward_exact(const Program& prog, int hidden, bool pair) {
+  return prog.exact && exact_cover(prog.tpr, prog.vpt, hidden, true) && (prog.tpr == 32 || (!pair && prog.tpr == 16));
+}
+
+// Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp
+// or more (named barriers count whole warps): two groups share each chunk, the CTA doubled when
+// it holds one group, up to kMaxBwdThreads; the ring holds one row (a group has no next row to
+// prefetch). The candidate program, or false.
+constexpr bool pair_candidate(const Program& prog, int64_t chunk_rows, int chunk_rem, Program* out) {
+  if (prog.tpr < 32 || chunk_rows + (chunk_rem > 0 ? 1 : 0) != 2) return false;
+  Program q = prog;
+  if ((q.cta / q.tpr) % 2 != 0) q.cta *= 2;
+  q.stages = 1;
+  if (q.cta > kMaxBwdThreads) return false;
+  *out = q;
+  return true;
+}
+// Pairs run only while their grid fills at most half the resident CTAs of the pair kernel: a
+// fuller grid leaves the finalize no room to wait beside it (PDL) and loses the second row's
+// prefetch, and measured slower (H 1536 T 1024: 10.25 vs 9.0 us; H 4096 T 256 with 512-thread
+// CTAs: 9.0 vs 8.0 us). dx and dw have the same bits either way.
+constexpr bool pair_fits(const Program& q, int chunks, int64_t resident) {
+  const int units = q.cta / q.tpr / 2;
+  return resident > 0 && 2 * ceil_div(chunks, units) <= resident;
+}
+
+struct BwdPlan {
+  Program program;  // the table's, or its pair twin
+  bool pair;
+  bool exact;
+  FinalizeShape finalize;
+};
+// `pair_resident`: the resident CTAs of the pair kernel for the candidate (pair_candidate),
+// 0 when there is none or the query failed.
+constexpr BwdPlan plan_backward(const Program& table, int hidden, int chunks, int64_t chunk_rows, int chunk_rem,
+                                int64_t sms, int64_t pair_resident) {
+  BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms)};
+  Program q = table;
+  if (pair_candidate(table, chunk_rows, chunk_rem, &q) && pair_fits(q, chunks, pair_resident)) {
+    b.program = q;
+    b.pair = true;
+  }
+  b.exact = backward_exact(b.program, hidden, b.pair);
+  return b;
+}
+
+static_assert(plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).program.group_rows ==
+                      kStreamRows &&
+                  plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).exact &&
+                  plan_forward(as_streaming(forward_program(6144)), 6144, 4096, false, false).wload == WLoad::kBeforeSum &&
+                  plan_forward(as_streaming(forward_program(6144)), 6144, 4096, true, false).wload == WLoad::kAtUse &&
+                  plan_forward(forward_program(2048), 2048, 65536, false, false).sync == GroupSync::kNamed,
+              "plans at the measured widths");
+
+}  // namespace cake

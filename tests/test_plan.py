@@ -1,0 +1,78 @@
+"""The launch-plan query (cake_rmsnorm.launch_plan, dispatch/plan.h): what a call runs, from the
+window tables and the call's shape; CUDA-free, so it runs on every machine with sm and sms given."""
+
+import pytest
+import torch
+
+import cake_rmsnorm as cr
+
+H200 = dict(sm=90, sms=132)
+
+
+def window_program(route, hidden, T):
+    for above, at_most, name in cr.program_windows(route, hidden, sm=90)[route]:
+        if T > above and (at_most is None or T <= at_most):
+            return name
+    raise AssertionError("no window")
+
+
+@pytest.mark.parametrize("route", cr.ROUTES)
+@pytest.mark.parametrize("H", [256, 512, 1024, 1536, 2048, 4096, 6144, 8192])
+@pytest.mark.parametrize("T", [1, 2, 256, 1024, 4096, 65536])
+def test_plan_runs_the_window_program(route, H, T):
+    # With a 16-bit w every window's program runs as named (a streaming group of several rows
+    # has its instance); the backward names the table's program, its pair twin aside.
+    assert cr.launch_plan(route, H, T, **H200)["program"] == window_program(route, H, T)
+
+
+def test_forward_plans_at_measured_widths():
+    p = cr.launch_plan("fwd", 512, 65536, **H200)
+    assert p["program"].endswith("_r4") and p["exact"] and p["warp_sync"] and p["w_load"] == "with x"
+    # An FP32 w at 4 rows a group has no instance: the group's ring runs instead (same bits).
+    p32 = cr.launch_plan("fwd", 1024, 65536, weight_dtype=torch.float32, **H200)
+    assert p32["kernel"] == "ring"
+    assert cr.launch_plan("fwd", 6144, 65536, **H200)["w_load"] == "after the sum of squares"
+    assert cr.launch_plan("fwd", 6144, 65536, weight_dtype=torch.float32, **H200)["w_load"] == "at each use"
+    assert cr.launch_plan("fwd", 2048, 65536, **H200)["warp_sync"] is False
+    # The tuning hook's runtime-width kernels are not planned here: exact groups on.
+    assert cr.launch_plan("fwd_residual", 6144, 1024, **H200)["kernel"] == "ring"
+
+
+def test_backward_plans_pairs_and_finalize():
+    p = cr.launch_plan("bwd", 512, 256, **H200)
+    assert p["chunks"] == 128 and p["pairs"] == {"cta": 128, "when_resident_ctas_at_least": 128}
+    assert p["finalize"] == (8, 32)  # 64 CTAs of 8 columns fit one an SM
+    assert "pairs" not in cr.launch_plan("bwd", 512, 4096, **H200)  # chunks of more than two rows
+    assert "pairs" not in cr.launch_plan("bwd", 6144, 256, **H200)  # a doubled CTA would pass 256 threads
+    assert cr.launch_plan("bwd", 512, 65536, **H200)["finalize"] == (8, 128)  # 2048 chunks: wide lanes
+    assert cr.launch_plan("bwd", 4096, 1024, **H200)["finalize"] == (32, 32)
+    assert cr.launch_plan("bwd", 4096, 1024, sm=90, sms=1024)["finalize"] == (8, 32)
+    for T in (1, 7, 4096, 100000):
+        assert cr.launch_plan("bwd", 2048, T, **H200)["chunks"] == cr._lib._c.cake_rmsnorm_backward_chunks(T, 2048)
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    (dict(route="nope", hidden=512, tokens=1), ValueError, "route"),
+    (dict(route="fwd", hidden=500, tokens=1), ValueError, "hidden"),
+    (dict(route="fwd", hidden=512.0, tokens=1), TypeError, "hidden"),
+    (dict(route="fwd", hidden=512, tokens=-1), ValueError, "tokens"),
+    (dict(route="fwd", hidden=512, tokens=True), TypeError, "tokens"),
+    (dict(route="fwd", hidden=512, tokens=1, weight_dtype=torch.float64), TypeError, "weight_dtype"),
+    (dict(route="fwd", hidden=512, tokens=1, sm=75, sms=1), ValueError, "sm must be one of"),
+])
+def test_plan_refusals(kwargs, exc, text):
+    with pytest.raises(exc, match=text):
+        cr.launch_plan(**{**dict(sm=90, sms=132), **kwargs})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-device message")
+def test_plan_without_a_device_asks_for_sms():
+    with pytest.raises(ValueError, match="sms"):
+        cr.launch_plan("fwd", 512, 1, sm=90)
+
+
+def test_windows_cli_prints_plans(capsys):
+    from cake_rmsnorm.__main__ import main
+    assert main(["windows", "--hidden", "512", "--sm", "90", "--sms", "132", "--plan", "256", "--route", "bwd"]) == 0
+    out = capsys.readouterr().out
+    assert "bwd H=512 T=256: general_t32x4_v2_s2" in out and "chunks 128" in out and "pairs" in out
