@@ -76,3 +76,11 @@ def test_windows_cli_prints_plans(capsys):
     assert main(["windows", "--hidden", "512", "--sm", "90", "--sms", "132", "--plan", "256", "--route", "bwd"]) == 0
     out = capsys.readouterr().out
     assert "bwd H=512 T=256: general_t32x4_v2_s2" in out and "chunks 128" in out and "pairs" in out
+
+
+def test_only_sm90_tables_are_measured():
+    for sm in cr.SHIPPED_ARCHS:
+        p = cr.launch_plan("fwd", 4096, 4096, sm=sm, sms=132)
+        assert p["measured"] is (sm == 90)
+        # The copies give the same programs until a fit on that architecture changes them.
+        assert cr.program_windows(hidden=4096, sm=sm) == cr.program_windows(hidden=4096, sm=90)

@@ -20,12 +20,13 @@
 namespace {
 
 thread_local std::string g_last_cuda_error;
-// The call's program on this device (tuning.h); the CPU path has no device, and takes sm_90's.
-[[maybe_unused]] bool call_program(cake::Route route, int64_t hidden, int64_t rows, cake::Program* out) {
+// The architecture whose tables a call uses: the current device's; the CPU path has no device,
+// and takes sm_90's.
+[[maybe_unused]] int call_sm() {
 #if CAKE_WITH_CUDA
-  return cake::program_for_call(route, hidden, rows, cake::device_sm(), out);
+  return cake::device_sm();
 #else
-  return cake::program_for_call(route, hidden, rows, 90, out);
+  return 90;
 #endif
 }
 
@@ -133,11 +134,12 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
     return CAKE_ERR_MISALIGNED;
   if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
   cake::Program prog;
-  if (!call_program(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, &prog))
+  const int sm = call_sm();
+  if (!cake::program_for_call(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, sm, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
-  const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, stream)
-                                                 : cake::launch_forward_fp16(p, w32, prog, stream);
+  const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, sm, stream)
+                                                 : cake::launch_forward_fp16(p, w32, prog, sm, stream);
   return cuda_status(code);
 #else
   (void)stream;
@@ -213,7 +215,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
     return CAKE_ERR_MISALIGNED;
   if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
   cake::Program prog;
-  if (!call_program(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, &prog))
+  if (!cake::program_for_call(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, call_sm(), &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16

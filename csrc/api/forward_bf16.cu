@@ -3,8 +3,8 @@
 
 namespace cake {
 
-int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream) {
-  return launch_forward<__nv_bfloat16>(p, w_fp32, prog, stream);
+int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream) {
+  return launch_forward<__nv_bfloat16>(p, w_fp32, prog, sm, stream);
 }
 
 }  // namespace cake

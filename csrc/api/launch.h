@@ -8,8 +8,9 @@
 namespace cake {
 
 // Each returns 0 on success or the CUDA error code of the launch; `stream` is a cudaStream_t.
-int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream);
-int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, void* stream);
+// The forward's plan (dispatch/plan.h) takes architecture `sm`'s table.
+int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
+int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
 int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
                          void* stream);
 int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,

@@ -98,10 +98,10 @@ int launch_forward_vpt(const FwdParams& p, const FwdPlan& plan, cudaStream_t s) 
 
 // One plan a call (dispatch/plan.h) from the call's program, then its instance.
 template <typename T>
-int launch_forward(const FwdParams& p, bool w_fp32, const Program& prog, void* stream) {
+int launch_forward(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool res = p.r != nullptr;
-  const FwdPlan plan = plan_forward(prog, p.hidden, p.rows, w_fp32, res);
+  const FwdPlan plan = plan_forward(prog, p.hidden, p.rows, w_fp32, res, arch_table(sm));
   if (w_fp32) {
     return res ? launch_forward_vpt<T, float, true>(p, plan, s) : launch_forward_vpt<T, float, false>(p, plan, s);
   }

@@ -26,11 +26,12 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
       cake::windows_for(r, hidden, sm, tmp, cake::kMaxWindows) < 0)
     return -1;
   *out = cake_rmsnorm_plan{};
+  out->table_measured = cake::arch_table(sm).measured;
   const int h = static_cast<int>(hidden);
   const cake::Program table = cake::select_program(r, hidden, rows, sm);
   const bool res = cake::has_residual(r);
   if (cake::is_forward(r)) {
-    const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32 != 0, res);
+    const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32 != 0, res, cake::arch_table(sm));
     cake::program_name(f.program, out->program, sizeof(out->program));
     out->streaming = f.program.stages == 0;
     out->exact = f.exact;

@@ -22,9 +22,9 @@ constexpr bool multirow_instance(bool w_fp32, bool residual, int vpt) { return !
 // group instead, with the same bits: with an FP32 w at H 256 and 1024 that ring measured faster
 // than one row a group (H 256 T 16384 6.5 vs 7.25 us, H 1024 T 65536 70.0 vs 75.0;
 // runs/h200-stream-rows.md).
-constexpr Program without_rows(Program prog, bool w_fp32, bool residual) {
+constexpr Program without_rows(Program prog, bool w_fp32, bool residual, const ArchTable& t = kSm90) {
   if (prog.group_rows == 1 || multirow_instance(w_fp32, residual, prog.vpt)) return prog;
-  Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr), 256, false);
+  Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr, t), t.fwd_cta_cap, false, t);
   ring.exact = prog.exact;
   return ring;
 }
@@ -43,13 +43,13 @@ struct FwdPlan {
 // only from 2^26 elements: H 4096 T 4096 19.0 us first against 20.75 before the sum, T 65536
 // 269 against 256.5); narrow groups and the residual route measured fastest or tied with w
 // first, where the exact narrow groups take their constant-width instance.
-constexpr int64_t kFp32WLateElems = int64_t(1) << 26;
-constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, bool w_fp32, bool residual) {
-  FwdPlan f{without_rows(table, w_fp32, residual), GroupSync::kNamed, WLoad::kFirst, false};
+constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, bool w_fp32, bool residual,
+                               const ArchTable& t = kSm90) {
+  FwdPlan f{without_rows(table, w_fp32, residual, t), GroupSync::kNamed, WLoad::kFirst, false};
   if (f.program.vpt <= 4 && f.program.tpr <= 32) f.sync = GroupSync::kWarp;
   if (f.program.stages != 0) return f;  // the ring kernel
   const bool wide_vpt = f.program.vpt >= 6;
-  const bool wide_group = f.program.tpr >= 64 && (!w_fp32 || rows * hidden >= kFp32WLateElems);
+  const bool wide_group = f.program.tpr >= 64 && (!w_fp32 || rows * hidden >= t.fp32_w_late_elems);
   if (!residual && wide_vpt && w_fp32) {
     f.wload = WLoad::kAtUse;
   } else if (!residual && (wide_vpt || wide_group)) {

@@ -62,6 +62,47 @@ constexpr int64_t backward_saturating_rows(int64_t hidden) {
                                 : max_chunks(hidden) * kRowsPerChunkMin;
 }
 
+// The tuning data of one architecture: every constant the tables below are fit with. sm_90a's
+// is the H200's (docs/perf/dispatch.md); sm_100a, sm_103a and sm_107a start as copies marked
+// unmeasured (nothing was timed there), so a later fit changes one row here. Only what is free
+// to differ by device lives here: the dw chunk counts and the finalize's lanes above are part
+// of dw's bit contract (a function of T and the width alone) and stay shared.
+struct ArchTable {
+  int sm;
+  bool measured;                 // false: a copy of sm_90a's, not measured on this architecture
+  int fwd_vpt_target;            // the plain forward's ring row group: vectors a thread
+  int fwd_residual_vpt_target;   // the residual forward's
+  int fwd_small_vpt_target;      // the plain forward's wider group at the smallest T
+  int fwd_max_groups;            // row groups a forward CTA
+  int fwd_min_cta_threads;       // ... and at least this many threads
+  int fwd_cta_cap;               // threads a forward ring CTA at most
+  int bwd_vpt_target;            // the backward's row group
+  int bwd_max_groups;            // row groups a backward CTA
+  int bwd_cta_cap;               // threads a backward CTA at most
+  int ring_stages;               // rows in a row group's cp.async ring
+  int64_t stream_max_ctas;       // the small streaming window: at most this grid ...
+  int64_t stream_small_elems;    // ... and this many elements read
+  int64_t stream_large_elems;    // the large streaming window from this many elements
+  int64_t stream_widened_elems;  // ... from this many with CTAs widened for narrow rows
+  int64_t stream_min_cta_bytes;  // a streaming CTA reads at least this much in the large window
+  int64_t fp32_w_late_elems;     // an FP32 w loaded after the sum from this many elements (plan.h)
+};
+constexpr ArchTable kSm90{90, true, 5, 4, 3, 8, 128, 256, 2, 8, 128, 2,
+                          512, int64_t(1) << 22, int64_t(1) << 24, int64_t(1) << 25, 16384, int64_t(1) << 26};
+constexpr ArchTable unmeasured_copy(int sm) {
+  ArchTable t = kSm90;
+  t.sm = sm;
+  t.measured = false;
+  return t;
+}
+constexpr ArchTable kArchTables[] = {kSm90, unmeasured_copy(100), unmeasured_copy(103), unmeasured_copy(107)};
+// The table of `sm`; an architecture without one takes sm_90a's.
+constexpr const ArchTable& arch_table(int sm) {
+  for (const ArchTable& t : kArchTables)
+    if (t.sm == sm) return t;
+  return kArchTables[0];
+}
+
 struct Program {
   int tpr;  // threads per row group, a power of two
   int cta;  // threads per CTA: tpr * row groups per CTA
@@ -129,14 +170,13 @@ constexpr Program row_group(int hidden, int target, int max_tpr, const int* vpts
 // The CTA: up to max_groups row groups, at most cta_cap threads, and a two-row ring (the next
 // row's loads fly while this one is reduced), fit to program sweeps on the H200
 // (docs/perf/dispatch.md#cta-and-ring).
-constexpr int kRingStages = 2;
-constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) {
+constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward, const ArchTable& t = kSm90) {
   int cta = p.tpr * max_groups;
   if (cta > cta_cap) cta = cta_cap;
   if (cta < p.tpr) cta = p.tpr;
   if (cta < 32) cta = 32;
   p.cta = cta;
-  p.stages = kRingStages;
+  p.stages = t.ring_stages;
   // Very wide rows: a single-row ring when two rows' vectors exceed shared memory.
   while (p.stages > 1 && (backward ? backward_smem_bytes(cta, p.vpt, p.stages, true)
                                    : forward_smem_bytes(cta, p.vpt, p.stages, true)) > kMaxSmemPerCta)
@@ -148,14 +188,13 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward) 
 // the forward's streaming windows run its row group, except the plain route's smallest T
 // (forward_small_program below). VPT targets 5 (plain forward) and 4 (residual); forward CTAs
 // of up to 8 groups and at least 128 threads (docs/perf/dispatch.md#ring-programs).
-constexpr int kFwdVptTarget = 5;
-constexpr int kFwdResidualVptTarget = 4;
-constexpr int kFwdMinCtaThreads = 128;
-constexpr int forward_groups(int tpr) { return tpr * 8 >= kFwdMinCtaThreads ? 8 : kFwdMinCtaThreads / tpr; }
-constexpr Program forward_program(int hidden, bool residual = false) {
-  const Program g = row_group(hidden, residual ? kFwdResidualVptTarget : kFwdVptTarget, kMaxFwdTpr, kFwdVpts,
+constexpr int forward_groups(int tpr, const ArchTable& t = kSm90) {
+  return tpr * t.fwd_max_groups >= t.fwd_min_cta_threads ? t.fwd_max_groups : t.fwd_min_cta_threads / tpr;
+}
+constexpr Program forward_program(int hidden, bool residual = false, const ArchTable& t = kSm90) {
+  const Program g = row_group(hidden, residual ? t.fwd_residual_vpt_target : t.fwd_vpt_target, kMaxFwdTpr, kFwdVpts,
                               kNumFwdVpts);
-  return shaped(g, forward_groups(g.tpr), 256, false);
+  return shaped(g, forward_groups(g.tpr, t), t.fwd_cta_cap, false, t);
 }
 // The streaming forward (stages 0: no ring, every row's group in the grid, direct loads) runs
 // the ring program's tpr, CTA and VPT, so a row's bits are the same in both and T may pick
@@ -163,11 +202,6 @@ constexpr Program forward_program(int hidden, bool residual = false) {
 // read, and from 2^24 elements where a CTA reads >= 16 KB (2^25 with widened CTAs for narrow
 // rows); at VPT 6 on the plain route from 2^24 with w loaded late
 // (docs/perf/dispatch.md#streaming).
-constexpr int64_t kStreamMaxCtas = 512;
-constexpr int64_t kStreamSmallElems = int64_t(1) << 22;
-constexpr int64_t kStreamLargeElems = int64_t(1) << 24;
-constexpr int64_t kStreamWidenedElems = int64_t(1) << 25;
-constexpr int64_t kStreamMinCtaBytes = 16384;
 constexpr bool holds_row(const Program& p, int hidden) {
   return int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
 }
@@ -175,16 +209,16 @@ constexpr bool can_stream(const Program& p, int hidden) { return p.vpt <= 4 && h
 constexpr bool can_stream_vpt6(const Program& p, int hidden, bool residual) {
   return p.vpt == 6 && !residual && holds_row(p, hidden);
 }
-// The most rows a small streaming window of program p serves: a grid of kStreamMaxCtas CTAs,
-// kStreamSmallElems elements read.
-constexpr int64_t small_window_rows(const Program& p, int hidden, bool residual) {
-  const int64_t by_ctas = kStreamMaxCtas * (p.cta / p.tpr);
-  const int64_t by_elems = kStreamSmallElems / (int64_t(hidden) * (residual ? 2 : 1));
+// The most rows a small streaming window of program p serves: a grid of stream_max_ctas CTAs,
+// stream_small_elems elements read.
+constexpr int64_t small_window_rows(const Program& p, int hidden, bool residual, const ArchTable& t = kSm90) {
+  const int64_t by_ctas = t.stream_max_ctas * (p.cta / p.tpr);
+  const int64_t by_elems = t.stream_small_elems / (int64_t(hidden) * (residual ? 2 : 1));
   return by_ctas < by_elems ? by_ctas : by_elems;
 }
 // The last T of the small streaming window (0: none).
-constexpr int64_t small_window_max(const Program& p, int hidden, bool residual) {
-  return can_stream(p, hidden) ? small_window_rows(p, hidden, residual) : 0;
+constexpr int64_t small_window_max(const Program& p, int hidden, bool residual, const ArchTable& t = kSm90) {
+  return can_stream(p, hidden) ? small_window_rows(p, hidden, residual, t) : 0;
 }
 constexpr Program as_streaming(Program p) {
   p.stages = 0;
@@ -196,27 +230,26 @@ constexpr Program as_streaming(Program p) {
 // its own: at this window's upper edge rstd may move by an ulp or two and y by one ulp on a
 // few rows (bounded in tests/test_determinism.py); within a window a row's outputs do not
 // depend on T (docs/perf/dispatch.md#small-t-group).
-constexpr int kFwdSmallVptTarget = 3;
-constexpr Program forward_small_program(int hidden) {
-  const Program g = row_group(hidden, kFwdSmallVptTarget, kMaxFwdTpr, kFwdVpts, kNumFwdVpts);
-  return as_streaming(shaped(g, forward_groups(g.tpr), 256, false));
+constexpr Program forward_small_program(int hidden, const ArchTable& t = kSm90) {
+  const Program g = row_group(hidden, t.fwd_small_vpt_target, kMaxFwdTpr, kFwdVpts, kNumFwdVpts);
+  return as_streaming(shaped(g, forward_groups(g.tpr, t), t.fwd_cta_cap, false, t));
 }
 // The last T of the wider group's window (0: none); none where the ring's own group is an
 // exact warp (H 1024 t32 v4; docs/perf/dispatch.md#small-t-group).
-constexpr int64_t small_group_max(const Program& ring, int hidden) {
-  const Program w = forward_small_program(hidden);
+constexpr int64_t small_group_max(const Program& ring, int hidden, const ArchTable& t = kSm90) {
+  const Program w = forward_small_program(hidden, t);
   if (w.tpr == ring.tpr || w.tpr < 32 || w.tpr > 256 || !holds_row(w, hidden)) return 0;
   if (ring.tpr == 32 && exact_cover(ring.tpr, ring.vpt, hidden)) return 0;
-  return small_window_rows(w, hidden, false);
+  return small_window_rows(w, hidden, false, t);
 }
 constexpr int64_t cta_read_bytes(const Program& p, int hidden, bool residual) {
   return int64_t(p.cta / p.tpr) * hidden * 2 * (residual ? 2 : 1);
 }
 // The large window's streaming program: the ring's row group, its CTA doubled while that
-// stays a valid program, until it reads kStreamMinCtaBytes.
-constexpr Program widened_streaming(const Program& ring, int hidden, bool residual) {
+// stays a valid program, until it reads stream_min_cta_bytes.
+constexpr Program widened_streaming(const Program& ring, int hidden, bool residual, const ArchTable& t = kSm90) {
   Program p = as_streaming(ring);
-  while (cta_read_bytes(p, hidden, residual) < kStreamMinCtaBytes) {
+  while (cta_read_bytes(p, hidden, residual) < t.stream_min_cta_bytes) {
     Program wider = p;
     wider.cta *= 2;
     if (!program_valid(wider, false, residual)) break;
@@ -225,22 +258,22 @@ constexpr Program widened_streaming(const Program& ring, int hidden, bool residu
   return p;
 }
 // The first T of the large streaming window (-1: none).
-constexpr int64_t large_window_min(const Program& ring, int hidden, bool residual) {
+constexpr int64_t large_window_min(const Program& ring, int hidden, bool residual, const ArchTable& t = kSm90) {
   if (can_stream_vpt6(ring, hidden, residual))  // unwidened: its CTA reads >= 16 KB, or it keeps the ring
-    return cta_read_bytes(ring, hidden, residual) >= kStreamMinCtaBytes ? ceil_div(kStreamLargeElems, hidden)
-                                                                         : -1;
-  if (!can_stream(ring, hidden) || cta_read_bytes(widened_streaming(ring, hidden, residual), hidden, residual) <
-                                    kStreamMinCtaBytes)
+    return cta_read_bytes(ring, hidden, residual) >= t.stream_min_cta_bytes ? ceil_div(t.stream_large_elems, hidden)
+                                                                             : -1;
+  if (!can_stream(ring, hidden) ||
+      cta_read_bytes(widened_streaming(ring, hidden, residual, t), hidden, residual) < t.stream_min_cta_bytes)
     return -1;
-  const bool widened = cta_read_bytes(ring, hidden, residual) < kStreamMinCtaBytes;
-  return ceil_div(widened ? kStreamWidenedElems : kStreamLargeElems, hidden);
+  const bool widened = cta_read_bytes(ring, hidden, residual) < t.stream_min_cta_bytes;
+  return ceil_div(widened ? t.stream_widened_elems : t.stream_large_elems, hidden);
 }
 // Whether the wider group serves every T: where it is an exact warp and the ring never streams
 // (H 768: one row group, no edge across which a row's bits move; docs/perf/dispatch.md#small-t-group).
-constexpr bool small_group_everywhere(const Program& ring, int hidden) {
-  const Program w = forward_small_program(hidden);
-  return small_group_max(ring, hidden) > 0 && w.tpr == 32 && exact_cover(w.tpr, w.vpt, hidden) &&
-         !can_stream(ring, hidden) && large_window_min(ring, hidden, false) < 0;
+constexpr bool small_group_everywhere(const Program& ring, int hidden, const ArchTable& t = kSm90) {
+  const Program w = forward_small_program(hidden, t);
+  return small_group_max(ring, hidden, t) > 0 && w.tpr == 32 && exact_cover(w.tpr, w.vpt, hidden) &&
+         !can_stream(ring, hidden) && large_window_min(ring, hidden, false, t) < 0;
 }
 static_assert(small_window_max(forward_program(512), 512, false) == 4096 &&
                   large_window_min(forward_program(512), 512, false) == 65536 &&
@@ -280,10 +313,10 @@ static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_smal
 // first streaming window the same group streams kStreamRows rows a group in 128-thread CTAs,
 // in place of the ring and its widened twin; one row group at every T, so no window edge
 // moves a row's bits (docs/perf/dispatch.md#multirow).
-constexpr Program multirow_streaming(Program p) {
+constexpr Program multirow_streaming(Program p, const ArchTable& t = kSm90) {
   p.stages = 0;
   p.group_rows = kStreamRows;
-  p.cta = p.tpr < kFwdMinCtaThreads ? kFwdMinCtaThreads : p.tpr;
+  p.cta = p.tpr < t.fwd_min_cta_threads ? t.fwd_min_cta_threads : p.tpr;
   return p;
 }
 constexpr bool can_stream_rows(const Program& first, int hidden) {
@@ -297,8 +330,9 @@ static_assert(can_stream_rows(as_streaming(forward_program(256)), 256) && can_st
                   program_valid(multirow_streaming(as_streaming(forward_program(256))), false),
               "several rows a group at H 256, 512 and 1024 only");
 
-constexpr Program backward_program(int hidden) {
-  return shaped(row_group(hidden, 2, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), 8, 128, true);
+constexpr Program backward_program(int hidden, const ArchTable& t = kSm90) {
+  return shaped(row_group(hidden, t.bwd_vpt_target, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), t.bwd_max_groups,
+                t.bwd_cta_cap, true, t);
 }
 
 static_assert(row_group(6144, 2, 512, kFwdVpts, kNumFwdVpts).tpr == 256 &&

@@ -7,7 +7,8 @@
 // window a row's outputs do not depend on T; across the wider group's edge y and rstd may move
 // in the last bits
 // (tests/test_determinism.py bounds it); across every other edge they are bitwise identical.
-// sm_100a/103a/107a take the sm_90a choice (nothing was measured there). CUDA-free and
+// Each architecture reads its tuning table (programs.h, ArchTable): sm_90a's is the H200's fit,
+// sm_100a/103a/107a's are copies of it marked unmeasured (nothing was timed there). CUDA-free and
 // torch-free.
 #pragma once
 
@@ -68,27 +69,29 @@ inline void ring_windows(Window* w, int& n, int64_t lo, int64_t small, int64_t l
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
   if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
   const int h = static_cast<int>(hidden);
+  const ArchTable& t = arch_table(sm);
   if (!is_forward(route)) {
-    if (cap > 0) out[0] = Window{0, -1, backward_program(h)};
+    if (cap > 0) out[0] = Window{0, -1, backward_program(h, t)};
     return 1;
   }
   // Forward: the ring program, and its streaming twins below small and from large, after the
   // plain route's wider group at the smallest T (programs.h).
   const bool res = has_residual(route);
-  const Program ring = forward_program(h, res), stream = as_streaming(ring), wide = widened_streaming(ring, h, res);
-  const int64_t group_max = res ? 0 : small_group_max(ring, h);
-  const int64_t small = small_window_max(ring, h, res), large = large_window_min(ring, h, res);
+  const Program ring = forward_program(h, res, t), stream = as_streaming(ring),
+                wide = widened_streaming(ring, h, res, t);
+  const int64_t group_max = res ? 0 : small_group_max(ring, h, t);
+  const int64_t small = small_window_max(ring, h, res, t), large = large_window_min(ring, h, res, t);
   Window w[kMaxWindows];
   int n = 0;
   int64_t lo = 0;  // the last T served so far
-  if (group_max > 0 && small_group_everywhere(ring, h)) {  // one window, one row group (H 768)
-    w[n++] = Window{0, -1, forward_small_program(h)};
+  if (group_max > 0 && small_group_everywhere(ring, h, t)) {  // one window, one row group (H 768)
+    w[n++] = Window{0, -1, forward_small_program(h, t)};
   } else {
-    if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h)}, lo = group_max;
-    const Program first = group_max > 0 ? forward_small_program(h) : stream;
+    if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h, t)}, lo = group_max;
+    const Program first = group_max > 0 ? forward_small_program(h, t) : stream;
     if (!res && (group_max > 0 || small > 0) && can_stream_rows(first, h)) {  // narrow exact rows (programs.h)
       if (group_max == 0) w[n++] = Window{0, small, stream}, lo = small;
-      w[n++] = Window{lo, -1, multirow_streaming(first)};
+      w[n++] = Window{lo, -1, multirow_streaming(first, t)};
     } else {
       ring_windows(w, n, lo, small, large, stream, ring, wide);
     }
@@ -127,8 +130,9 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
   }
   for (int i = 0; i < e->n && i < kMaxWindows; ++i)
     if (rows > e->w[i].above && (e->w[i].at_most < 0 || rows <= e->w[i].at_most)) return e->w[i].program;
-  return is_forward(route) ? forward_program(static_cast<int>(hidden), has_residual(route))
-                           : backward_program(static_cast<int>(hidden));
+  const ArchTable& t = arch_table(arch);
+  return is_forward(route) ? forward_program(static_cast<int>(hidden), has_residual(route), t)
+                           : backward_program(static_cast<int>(hidden), t);
 }
 
 // "general_t256x1_v4_s3": threads per row, row groups per CTA, vectors per thread, ring

@@ -113,8 +113,8 @@ def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: 
     -------
     dict
         ``program`` (named as in :func:`program_windows`, ``_r{rows}`` where a streaming group
-        takes several rows) and ``exact`` (the constant-width instance of an exact narrow
-        group); the forward adds ``kernel`` ("ring" or "streaming"), ``warp_sync`` and, when
+        takes several rows), ``exact`` (the constant-width instance of an exact narrow group)
+        and ``measured`` (False where sm's tuning table is an unmeasured copy of sm_90a's); the forward adds ``kernel`` ("ring" or "streaming"), ``warp_sync`` and, when
         streaming, ``w_load``; the backward adds ``chunks`` (dw partials), ``finalize``
         (columns a CTA, lanes a column) and, where the program has a row-pair twin, ``pairs``:
         its CTA and the resident CTAs of the pair kernel from which it runs (a device fact

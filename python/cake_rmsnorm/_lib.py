@@ -45,7 +45,7 @@ class _Plan(ctypes.Structure):
     _fields_ = [("program", ctypes.c_char * 48), ("streaming", ctypes.c_int), ("exact", ctypes.c_int),
                 ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
                 ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
-                ("finalize_lanes", ctypes.c_int)]
+                ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int)]
 
 
 _c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
@@ -115,7 +115,7 @@ def plan(route: str, hidden: int, rows: int, sm: int, sms: int, w_fp32: bool):
     out = _Plan()
     if _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, int(w_fp32), ctypes.byref(out)) != 0:
         return None
-    d = {"program": out.program.decode(), "exact": bool(out.exact)}
+    d = {"program": out.program.decode(), "exact": bool(out.exact), "measured": bool(out.table_measured)}
     if route.startswith("fwd"):
         d.update(kernel="streaming" if out.streaming else "ring", warp_sync=bool(out.warp_sync))
         if out.streaming:

@@ -139,6 +139,8 @@ typedef struct {
   int pair_cta;          /* backward: the pair twin's CTA threads (0: none) */
   int finalize_cols;     /* backward: dw columns a finalize CTA takes */
   int finalize_lanes;    /* backward: lanes a finalize column sums its chunks into */
+  int table_measured;    /* 1: sm's tuning table was fit by measurement (sm_90a); 0: a copy of
+                            sm_90a's (sm_100a, sm_103a, sm_107a: nothing was measured there) */
 } cake_rmsnorm_plan;
 
 CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
