@@ -179,6 +179,8 @@ def make_extension():
     ] + gencode
     sources += ["csrc/torch/ops_cuda.cpp"]
     sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cu"))]
+    # One unit a (direction, dtype, VPT) of the 16-bit kernels (scripts/gen_instances.py).
+    sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api" / "gen").glob("*.cu"))]
     ext = CppExtension(
         "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
         library_dirs=[str(found[2])],

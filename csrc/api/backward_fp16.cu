@@ -1,4 +1,5 @@
-// The backward instantiations for fp16 activations (every weight dtype, residual, VPT).
+// The backward entry point for fp16 activations: the call's plan mapped to its VPT's instances, which
+// live in csrc/api/gen/ (scripts/gen_instances.py), one unit a VPT.
 #include "launch_backward.cuh"
 
 namespace cake {

@@ -1,4 +1,5 @@
-// The forward instantiations for fp16 activations (every weight dtype, residual, VPT).
+// The forward entry point for fp16 activations: the call's plan mapped to its VPT's instances, which
+// live in csrc/api/gen/ (scripts/gen_instances.py), one unit a VPT.
 #include "launch_forward.cuh"
 
 namespace cake {

@@ -95,6 +95,25 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
   return launch_finalize<WT>(q, plan.finalize, s);
 }
 
+// The instances live in generated sources (csrc/api/gen/, scripts/gen_instances.py), one
+// translation unit a (dtype, VPT); a unit that includes this header without CAKE_INSTANCE_UNIT
+// only declares them.
+#define CAKE_BWD_INSTANCES(KW, T, VPT)                                                                      \
+  KW template int launch_backward_kernel<T, T, false, VPT>(const BwdParams&, const Program&, int, cudaStream_t); \
+  KW template int launch_backward_kernel<T, T, true, VPT>(const BwdParams&, const Program&, int, cudaStream_t);  \
+  KW template int launch_backward_kernel<T, float, false, VPT>(const BwdParams&, const Program&, int,            \
+                                                               cudaStream_t);                                   \
+  KW template int launch_backward_kernel<T, float, true, VPT>(const BwdParams&, const Program&, int, cudaStream_t);
+#define CAKE_BWD_INSTANCES_ALL_VPT(KW, T) \
+  CAKE_BWD_INSTANCES(KW, T, 1)            \
+  CAKE_BWD_INSTANCES(KW, T, 2)            \
+  CAKE_BWD_INSTANCES(KW, T, 3)            \
+  CAKE_BWD_INSTANCES(KW, T, 4)
+#ifndef CAKE_INSTANCE_UNIT
+CAKE_BWD_INSTANCES_ALL_VPT(extern, __nv_bfloat16)
+CAKE_BWD_INSTANCES_ALL_VPT(extern, __half)
+#endif
+
 template <typename T, typename WT, bool RES>
 int launch_backward_vpt(const BwdParams& p, const Program& prog, int max_ctas, cudaStream_t s) {
   switch (prog.vpt) {

@@ -83,6 +83,26 @@ int launch_forward_kernel(const FwdParams& p, const FwdPlan& plan, cudaStream_t 
   return launch_forward_sync<T, WT, RES, VPT, GroupSync::kNamed>(p, plan, s);
 }
 
+// The instances live in generated sources (csrc/api/gen/, scripts/gen_instances.py), one
+// translation unit a (dtype, VPT), so the builds run them in parallel; a unit that includes this
+// header without CAKE_INSTANCE_UNIT only declares them.
+#define CAKE_FWD_INSTANCES(KW, T, VPT)                                                                 \
+  KW template int launch_forward_kernel<T, T, false, VPT>(const FwdParams&, const FwdPlan&, cudaStream_t);     \
+  KW template int launch_forward_kernel<T, T, true, VPT>(const FwdParams&, const FwdPlan&, cudaStream_t);      \
+  KW template int launch_forward_kernel<T, float, false, VPT>(const FwdParams&, const FwdPlan&, cudaStream_t); \
+  KW template int launch_forward_kernel<T, float, true, VPT>(const FwdParams&, const FwdPlan&, cudaStream_t);
+#define CAKE_FWD_INSTANCES_ALL_VPT(KW, T) \
+  CAKE_FWD_INSTANCES(KW, T, 1)            \
+  CAKE_FWD_INSTANCES(KW, T, 2)            \
+  CAKE_FWD_INSTANCES(KW, T, 3)            \
+  CAKE_FWD_INSTANCES(KW, T, 4)            \
+  CAKE_FWD_INSTANCES(KW, T, 6)            \
+  CAKE_FWD_INSTANCES(KW, T, 8)
+#ifndef CAKE_INSTANCE_UNIT
+CAKE_FWD_INSTANCES_ALL_VPT(extern, __nv_bfloat16)
+CAKE_FWD_INSTANCES_ALL_VPT(extern, __half)
+#endif
+
 template <typename T, typename WT, bool RES>
 int launch_forward_vpt(const FwdParams& p, const FwdPlan& plan, cudaStream_t s) {
   switch (plan.program.vpt) {
