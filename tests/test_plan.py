@@ -84,3 +84,26 @@ def test_only_sm90_tables_are_measured():
         assert p["measured"] is (sm == 90)
         # The copies give the same programs until a fit on that architecture changes them.
         assert cr.program_windows(hidden=4096, sm=sm) == cr.program_windows(hidden=4096, sm=90)
+
+
+def test_fp32_activation_plans():
+    f = cr.launch_plan("fwd", 6144, 4096, dtype=torch.float32, **H200)
+    assert f["program"] == "fp32_t512x1_v4_s0" and f["kernel"] == "streaming" and f["w_load"] == "at each use"
+    assert cr.launch_plan("fwd", 4096, 4096, dtype=torch.float32, **H200)["w_load"] == "with x"
+    b = cr.launch_plan("bwd", 1024, 16384, dtype=torch.float32, out_dtype=torch.bfloat16, **H200)
+    assert b["program"] == "fp32_t128x1_v2_s2" and b["chunks"] == 512 and "pairs" not in b
+    # The widest residual rows hold one row in the ring (two would pass the shared-memory limit).
+    assert cr.launch_plan("bwd_residual", 16384, 64, dtype=torch.float32, **H200)["program"].endswith("_s1")
+    with pytest.raises(ValueError, match="16384"):
+        cr.launch_plan("fwd", 32768, 1, dtype=torch.float32, **H200)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(dtype=torch.bfloat16, weight_dtype=torch.float16),
+    dict(dtype=torch.float16, out_dtype=torch.float32),
+    dict(dtype=torch.int8),
+    dict(dtype=torch.float32, out_dtype=torch.float64),
+])
+def test_plan_dtype_refusals(kwargs):
+    with pytest.raises(TypeError, match="dtype"):
+        cr.launch_plan("fwd", 512, 1, **kwargs, **H200)

@@ -1,7 +1,9 @@
-// Launcher of the FP32-activation backward (kernels/fp32_rows.cuh): every (g dtype, w dtype,
-// residual, vectors a thread) instance, and the shared dw finalize in the weight's dtype.
+// Launcher of the FP32-activation backward (kernels/fp32_rows.cuh): the call's plan
+// (dispatch/plan.h, plan_fp32_backward) mapped to its (g dtype, w dtype, residual, vectors a
+// thread) instance, and the shared dw finalize in the weight's dtype.
 #include <cuda_runtime.h>
 
+#include "../dispatch/plan.h"
 #include "../kernels/fp32_rows.cuh"
 #include "launch.h"
 #include "launch_backward.cuh"
@@ -11,16 +13,15 @@ namespace cake {
 
 namespace {
 
-// A two-row ring where it fits in shared memory (every width but the widest residual rows),
-// else one row: the same bits either way.
+// The plan's ring: two rows where they fit in shared memory (every width but the widest), else
+// one row; the same bits either way.
 template <typename TG, typename WT, bool RES, int NV>
-int fp32_backward_nv(const BwdParams& p, cudaStream_t s) {
+int fp32_backward_nv(const BwdParams& p, const Fp32Plan& plan, cudaStream_t s) {
   auto kernel = fp32_bwd_kernel<TG, WT, RES, NV>;
   BwdParams q = p;
-  const int cta = fp32_cta(q.tpr);
-  q.stages = 2;
-  size_t smem = fp32_bwd_smem_bytes(cta, NV, q.stages, sizeof(TG), RES);
-  if (smem > kMaxSmemPerCta) q.stages = 1, smem = fp32_bwd_smem_bytes(cta, NV, 1, sizeof(TG), RES);
+  const int cta = plan.cta;
+  q.stages = plan.stages;
+  const size_t smem = fp32_bwd_smem_bytes(cta, NV, q.stages, sizeof(TG), RES);
   // Raises the kernel's dynamic shared-memory limit to the device's opt-in once (cached).
   if (smem > 48 * 1024) resident_ctas(reinterpret_cast<const void*>(kernel), cta, smem);
   const unsigned grid = static_cast<unsigned>(ceil_div(p.chunks, cta / q.tpr));
@@ -32,17 +33,18 @@ int fp32_backward_nv(const BwdParams& p, cudaStream_t s) {
 
 template <typename TG, typename WT, bool RES>
 int fp32_backward_res(const BwdParams& q, cudaStream_t s) {
-  switch (fp32_nv(q.hidden, q.tpr)) {
-    case 2: return fp32_backward_nv<TG, WT, RES, 2>(q, s);
-    case 4: return fp32_backward_nv<TG, WT, RES, 4>(q, s);
-    default: return fp32_backward_nv<TG, WT, RES, 8>(q, s);
+  const Fp32Plan plan = plan_fp32_backward(q.hidden, sizeof(TG), RES);
+  switch (plan.nv) {
+    case 2: return fp32_backward_nv<TG, WT, RES, 2>(q, plan, s);
+    case 4: return fp32_backward_nv<TG, WT, RES, 4>(q, plan, s);
+    default: return fp32_backward_nv<TG, WT, RES, 8>(q, plan, s);
   }
 }
 
 template <typename TG, typename WT>
 int fp32_backward_as(const BwdParams& p, cudaStream_t s) {
   BwdParams q = p;
-  q.tpr = fp32_tpr(p.hidden, kFp32BwdVectors);
+  q.tpr = plan_fp32_backward(p.hidden, sizeof(TG), false).tpr;  // the same group on both routes
   return p.gr != nullptr ? fp32_backward_res<TG, WT, true>(q, s) : fp32_backward_res<TG, WT, false>(q, s);
 }
 

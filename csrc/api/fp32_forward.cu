@@ -1,7 +1,9 @@
-// Launcher of the FP32-activation forward (kernels/fp32_rows.cuh): every (y dtype, w dtype,
-// residual, vectors a thread) instance. A file of its own, so it compiles beside the backward's.
+// Launcher of the FP32-activation forward (kernels/fp32_rows.cuh): the call's plan
+// (dispatch/plan.h, plan_fp32_forward) mapped to its (y dtype, w dtype, residual, vectors a
+// thread, w load) instance. A file of its own, so it compiles beside the backward's.
 #include <cuda_runtime.h>
 
+#include "../dispatch/plan.h"
 #include "../kernels/fp32_rows.cuh"
 #include "launch.h"
 
@@ -10,33 +12,33 @@ namespace cake {
 namespace {
 
 template <typename TY, typename WT, bool RES, int NV>
-int fp32_forward_nv(const FwdParams& q, cudaStream_t s) {
-  const int cta = fp32_cta(q.tpr);
-  const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, cta / q.tpr));
+int fp32_forward_nv(const FwdParams& q, const Fp32Plan& plan, cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, plan.cta / plan.tpr));
   if constexpr (NV > 2) {  // a 512-thread group holds the row in more than two vectors
-    if (fp32_fwd_late_w(q.tpr)) {
-      fp32_fwd_kernel<TY, WT, RES, NV, true><<<grid, cta, 0, s>>>(q);
+    if (plan.late_w) {
+      fp32_fwd_kernel<TY, WT, RES, NV, true><<<grid, plan.cta, 0, s>>>(q);
       return static_cast<int>(cudaGetLastError());
     }
   }
-  fp32_fwd_kernel<TY, WT, RES, NV, false><<<grid, cta, 0, s>>>(q);
+  fp32_fwd_kernel<TY, WT, RES, NV, false><<<grid, plan.cta, 0, s>>>(q);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename TY, typename WT, bool RES>
-int fp32_forward_res(const FwdParams& q, cudaStream_t s) {
-  switch (fp32_nv(q.hidden, q.tpr)) {
-    case 2: return fp32_forward_nv<TY, WT, RES, 2>(q, s);
-    case 4: return fp32_forward_nv<TY, WT, RES, 4>(q, s);
-    default: return fp32_forward_nv<TY, WT, RES, 8>(q, s);
+int fp32_forward_res(const FwdParams& q, const Fp32Plan& plan, cudaStream_t s) {
+  switch (plan.nv) {
+    case 2: return fp32_forward_nv<TY, WT, RES, 2>(q, plan, s);
+    case 4: return fp32_forward_nv<TY, WT, RES, 4>(q, plan, s);
+    default: return fp32_forward_nv<TY, WT, RES, 8>(q, plan, s);
   }
 }
 
 template <typename TY, typename WT>
 int fp32_forward_as(const FwdParams& p, cudaStream_t s) {
+  const Fp32Plan plan = plan_fp32_forward(p.hidden);
   FwdParams q = p;
-  q.tpr = fp32_tpr(p.hidden, kFp32FwdVectors);
-  return p.r != nullptr ? fp32_forward_res<TY, WT, true>(q, s) : fp32_forward_res<TY, WT, false>(q, s);
+  q.tpr = plan.tpr;
+  return p.r != nullptr ? fp32_forward_res<TY, WT, true>(q, plan, s) : fp32_forward_res<TY, WT, false>(q, plan, s);
 }
 
 // dtype codes as cake_dtype_t: 0 BF16, 1 FP16, 2 FP32.

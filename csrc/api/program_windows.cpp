@@ -1,6 +1,8 @@
 // The exported window-table and launch-plan queries.
 #include "cake_rmsnorm/cake_rmsnorm.h"
 
+#include <stdio.h>
+
 #include "../dispatch/plan.h"
 #include "../dispatch/windows.h"
 
@@ -18,20 +20,58 @@ extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, i
   return n;
 }
 
+namespace {
+
+bool is_16bit(int t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
+bool is_dtype(int t) { return is_16bit(t) || t == CAKE_DTYPE_FP32; }
+
+// The backward's dw fields, common to both activation dtypes.
+void dw_fields(int64_t rows, int64_t hidden, int sms, cake_rmsnorm_plan* out) {
+  out->chunks = cake::backward_chunks(rows, hidden);
+  const cake::FinalizeShape f = cake::finalize_shape(static_cast<int>(out->chunks), static_cast<int>(hidden), sms);
+  out->finalize_cols = f.cols;
+  out->finalize_lanes = f.lanes;
+}
+
+int fp32_plan(cake::Route r, int64_t hidden, int64_t rows, int sms, int y_dtype, cake_rmsnorm_plan* out) {
+  if (!cake::fp32_width_ok(hidden)) return -1;
+  const int h = static_cast<int>(hidden);
+  const cake::Fp32Plan f = cake::is_forward(r) ? cake::plan_fp32_forward(h)
+                                               : cake::plan_fp32_backward(h, y_dtype == CAKE_DTYPE_FP32 ? 4 : 2,
+                                                                          cake::has_residual(r));
+  snprintf(out->program, sizeof(out->program), "fp32_t%dx%d_v%d_s%d", f.tpr, f.cta / f.tpr, f.nv, f.stages);
+  out->warp_sync = f.tpr <= 32;
+  if (cake::is_forward(r)) {
+    out->streaming = 1;
+    out->w_load = f.late_w ? 2 : 0;
+  } else {
+    out->w_load = -1;
+    dw_fields(rows, hidden, sms, out);
+  }
+  return 0;
+}
+
+}  // namespace
+
 extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
-                                        int w_fp32, cake_rmsnorm_plan* out) {
+                                        cake_dtype_t x_dtype, cake_dtype_t w_dtype, cake_dtype_t y_dtype,
+                                        cake_rmsnorm_plan* out) {
   cake::Route r;
   cake::Window tmp[cake::kMaxWindows];
-  if (!cake::parse_route(route, &r) || out == nullptr || rows < 0 || sms < 0 ||
+  if (!cake::parse_route(route, &r) || out == nullptr || rows < 0 || sms < 0 || !is_dtype(x_dtype) ||
+      !is_dtype(w_dtype) || !is_dtype(y_dtype) ||
+      (is_16bit(x_dtype) && ((w_dtype != x_dtype && w_dtype != CAKE_DTYPE_FP32) || y_dtype != x_dtype)) ||
       cake::windows_for(r, hidden, sm, tmp, cake::kMaxWindows) < 0)
     return -1;
   *out = cake_rmsnorm_plan{};
   out->table_measured = cake::arch_table(sm).measured;
+  if (x_dtype == CAKE_DTYPE_FP32) return fp32_plan(r, hidden, rows, sms, y_dtype, out);
+  const bool w_fp32 = w_dtype == CAKE_DTYPE_FP32;
   const int h = static_cast<int>(hidden);
   const cake::Program table = cake::select_program(r, hidden, rows, sm);
   const bool res = cake::has_residual(r);
   if (cake::is_forward(r)) {
-    const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32 != 0, res, cake::arch_table(sm));
+    const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32, res, cake::arch_table(sm));
     cake::program_name(f.program, out->program, sizeof(out->program));
     out->streaming = f.program.stages == 0;
     out->exact = f.exact;
@@ -39,8 +79,8 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
     out->w_load = f.program.stages != 0 ? -1 : static_cast<int>(f.wload);
     return 0;
   }
-  const int64_t chunks = cake::backward_chunks(rows, hidden);
-  const int c = static_cast<int>(chunks);
+  dw_fields(rows, hidden, sms, out);
+  const int c = static_cast<int>(out->chunks);
   const int64_t q = c > 0 ? rows / c : 0;
   const int rem = c > 0 ? static_cast<int>(rows % c) : 0;
   cake::Program twin = table;
@@ -50,10 +90,7 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   cake::program_name(b.program, out->program, sizeof(out->program));
   out->exact = b.exact;
   out->w_load = -1;
-  out->chunks = chunks;
   out->pair_min_resident = has_twin ? static_cast<int>(2 * cake::ceil_div(c, twin.cta / twin.tpr / 2)) : 0;
   out->pair_cta = has_twin ? twin.cta : 0;
-  out->finalize_cols = b.finalize.cols;
-  out->finalize_lanes = b.finalize.lanes;
   return 0;
 }

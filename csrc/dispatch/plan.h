@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "../kernels/fp32_width.h"
 #include "programs.h"
 
 namespace cake {
@@ -125,6 +126,29 @@ constexpr BwdPlan plan_backward(const Program& table, int hidden, int chunks, in
   b.exact = backward_exact(b.program, hidden, b.pair);
   return b;
 }
+
+// ---- FP32 activations (kernels/fp32_rows.cuh, row groups of fp32_width.h) ------------------
+
+struct Fp32Plan {
+  int tpr, cta;  // threads a row group, a CTA
+  int nv;        // the instance's float4 vectors a thread (2, 4 or 8)
+  int stages;    // the backward's ring of rows (2, or 1 where two exceed shared memory); 0 forward
+  bool late_w;   // the forward loads w after the sum (fp32_fwd_late_w)
+};
+constexpr Fp32Plan plan_fp32_forward(int hidden) {
+  const int tpr = fp32_tpr(hidden, kFp32FwdVectors), nv = fp32_nv(hidden, tpr);
+  return Fp32Plan{tpr, fp32_cta(tpr), nv, 0, nv > 2 && fp32_fwd_late_w(tpr)};
+}
+// g_bytes: the size of g's elements (y's dtype).
+constexpr Fp32Plan plan_fp32_backward(int hidden, int g_bytes, bool residual) {
+  const int tpr = fp32_tpr(hidden, kFp32BwdVectors), cta = fp32_cta(tpr), nv = fp32_nv(hidden, tpr);
+  const int stages = fp32_bwd_smem_bytes(cta, nv, 2, g_bytes, residual) <= kMaxSmemPerCta ? 2 : 1;
+  return Fp32Plan{tpr, cta, nv, stages, false};
+}
+static_assert(plan_fp32_forward(6144).late_w && !plan_fp32_forward(4096).late_w && plan_fp32_forward(1024).nv == 4 &&
+                  plan_fp32_backward(1024, 2, false).tpr == 128 && plan_fp32_backward(1024, 2, false).stages == 2 &&
+                  plan_fp32_backward(16384, 2, true).stages == 1 && plan_fp32_backward(16384, 2, false).stages == 2,
+              "FP32 plans at the measured widths");
 
 static_assert(plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).program.group_rows ==
                       kStreamRows &&

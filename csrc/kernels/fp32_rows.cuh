@@ -166,13 +166,6 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
   }
 }
 
-// The backward's ring: per stage, each thread's NV x vectors, NV g vectors (4 elements of TG),
-// NV g_residual vectors (RES) and its row's rstd, each region thread-major so a warp's reads
-// are conflict-free.
-CAKE_HD constexpr size_t fp32_bwd_smem_bytes(int cta, int nv, int stages, int g_bytes, bool res) {
-  return size_t(stages) * cta * (size_t(nv) * (16 + 4 * g_bytes + (res ? 16 : 0)) + 4);
-}
-
 // One row group a chunk (chunk c = group index), its rows in order: dx, and the chunk's
 // Kahan-compensated dw partial of each of the thread's columns. TG: the dtype of g (y's).
 // p.stages rows of the chunk in the ring (1 or 2).

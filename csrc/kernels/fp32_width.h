@@ -38,6 +38,13 @@ CAKE_HD constexpr int fp32_nv(int hidden, int tpr) {
 // up to 30 % (H 1024 T 1024 4.0 -> 5.2 us).
 CAKE_HD constexpr bool fp32_fwd_late_w(int tpr) { return tpr == kFp32MaxTpr; }
 CAKE_HD constexpr bool fp32_width_ok(int64_t hidden) { return hidden <= int64_t(kFp32MaxVec4) * 4 * kFp32MaxTpr; }
+// The backward's ring: per stage, each thread's NV x vectors, NV g vectors (4 elements of TG),
+// NV g_residual vectors (RES) and its row's rstd, each region thread-major so a warp's reads
+// are conflict-free.
+CAKE_HD constexpr size_t fp32_bwd_smem_bytes(int cta, int nv, int stages, int g_bytes, bool res) {
+  return size_t(stages) * cta * (size_t(nv) * (16 + 4 * g_bytes + (res ? 16 : 0)) + 4);
+}
+
 // Threads a CTA: groups of a warp or less share a CTA of kFp32MinCta; a wider group is its CTA
 // alone, since its sum folds every warp of the CTA (fp32_group_sum). With two 64-thread groups
 // in a 128-thread CTA each row's sum took the other's too (the H 1000 and 1024 rows failed

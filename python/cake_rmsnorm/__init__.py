@@ -93,9 +93,12 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     return out
 
 
-def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: int = None, sms: int = None,
-                device=None) -> dict:
-    """What one call of BF16/FP16 activations runs: the plan the launchers resolve.
+_DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+
+
+def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, weight_dtype=None, out_dtype=None,
+                sm: int = None, sms: int = None, device=None) -> dict:
+    """What one call runs: the plan the launchers resolve (``csrc/dispatch/plan.h``).
 
     Parameters
     ----------
@@ -103,8 +106,13 @@ def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: 
         One of ``ROUTES``.
     hidden, tokens : int
         The row width (a multiple of 8) and the number of rows (tokens, or tokens x heads).
+    dtype : torch.dtype
+        The activations': torch.bfloat16 (default), torch.float16 or torch.float32.
     weight_dtype : torch.dtype, optional
-        torch.float32 or a 16-bit dtype (default: 16-bit); the forward's w load depends on it.
+        w's: ``dtype`` (default) or torch.float32 with 16-bit activations; any of the three with
+        FP32 activations (default torch.float32). The forward's w load depends on it.
+    out_dtype : torch.dtype, optional
+        y's (forward) or g's (backward), with FP32 activations: any of the three (default FP32).
     sm, sms : int, optional
         Architecture (one of ``SHIPPED_ARCHS``) and SM count; taken from ``device`` (or the
         current CUDA device) when omitted. The SM count sets the backward's finalize shape.
@@ -112,13 +120,15 @@ def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: 
     Returns
     -------
     dict
-        ``program`` (named as in :func:`program_windows`, ``_r{rows}`` where a streaming group
-        takes several rows), ``exact`` (the constant-width instance of an exact narrow group)
-        and ``measured`` (False where sm's tuning table is an unmeasured copy of sm_90a's); the forward adds ``kernel`` ("ring" or "streaming"), ``warp_sync`` and, when
-        streaming, ``w_load``; the backward adds ``chunks`` (dw partials), ``finalize``
-        (columns a CTA, lanes a column) and, where the program has a row-pair twin, ``pairs``:
-        its CTA and the resident CTAs of the pair kernel from which it runs (a device fact
-        the launcher queries). FP32 activations run their own kernels and have no plan.
+        ``program``, ``exact`` (the constant-width instance of an exact narrow group) and
+        ``measured`` (False where sm's tuning table is an unmeasured copy of sm_90a's); the
+        forward adds ``kernel`` ("ring" or "streaming"), ``warp_sync`` and, when streaming,
+        ``w_load``; the backward adds ``chunks`` (dw partials), ``finalize`` (columns a CTA,
+        lanes a column) and, where the program has a row-pair twin, ``pairs``: its CTA and the
+        resident CTAs of the pair kernel from which it runs (a device fact the launcher
+        queries). 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
+        streaming group takes several rows); FP32 ones
+        ``fp32_t{threads a row}x{rows a CTA}_v{float4 vectors a thread}_s{backward ring rows}``.
     """
     for name, v in (("hidden", hidden), ("tokens", tokens)):
         if isinstance(v, bool) or not isinstance(v, int):
@@ -129,8 +139,15 @@ def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: 
         raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")
-    if weight_dtype is not None and weight_dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise TypeError(f"weight_dtype must be torch.float32, torch.bfloat16 or torch.float16, got {weight_dtype}")
+    fp32 = dtype == torch.float32
+    weight_dtype = weight_dtype if weight_dtype is not None else (torch.float32 if fp32 else dtype)
+    out_dtype = out_dtype if out_dtype is not None else dtype
+    for name, v in (("dtype", dtype), ("weight_dtype", weight_dtype), ("out_dtype", out_dtype)):
+        if v not in _DTYPE_CODES:
+            raise TypeError(f"{name} must be torch.bfloat16, torch.float16 or torch.float32, got {v}")
+    if not fp32 and (weight_dtype not in (dtype, torch.float32) or out_dtype != dtype):
+        raise TypeError(f"with {dtype} activations weight_dtype is {dtype} or torch.float32 and out_dtype {dtype}, "
+                        f"got {weight_dtype} and {out_dtype}")
     if sm is None or sms is None:
         dev = torch.device(device if device is not None else "cuda")
         if sm is None:
@@ -139,8 +156,11 @@ def launch_plan(route: str, hidden: int, tokens: int, *, weight_dtype=None, sm: 
             if dev.type != "cuda" or not torch.cuda.is_available():
                 raise ValueError("launch_plan: no CUDA device to take the SM count from; pass sms=")
             sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    out = _plan(route, hidden, tokens, sm, sms, weight_dtype == torch.float32)
+    out = _plan(route, hidden, tokens, sm, sms, _DTYPE_CODES[dtype], _DTYPE_CODES[weight_dtype],
+                _DTYPE_CODES[out_dtype])
     if out is None:
+        if fp32 and hidden > 16384:
+            raise ValueError(f"hidden must be at most 16384 with FP32 activations, got {hidden}")
         raise ValueError(f"sm must be one of {_ARCH_NAMES}, got {sm}")
     return out
 

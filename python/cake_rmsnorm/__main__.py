@@ -28,16 +28,17 @@ def windows_text(hidden, sm, routes=None):
     return "\n".join(lines)
 
 
-def plans_text(hidden, tokens, sm, sms, routes=None, weight_fp32=False):
+def plans_text(hidden, tokens, sm, sms, routes=None, weight_fp32=False, dtype="bf16"):
     """What each call runs (cake_rmsnorm.launch_plan), one line per width, route and T."""
     import cake_rmsnorm as cr
     import torch
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     wd = torch.float32 if weight_fp32 else None
     lines = []
     for h in hidden:
         for route in routes or cr.ROUTES:
             for t in tokens:
-                plan = cr.launch_plan(route, h, t, weight_dtype=wd, sm=sm, sms=sms)
+                plan = cr.launch_plan(route, h, t, dtype=dt, weight_dtype=wd, sm=sm, sms=sms)
                 rest = ", ".join(f"{k} {v}" for k, v in plan.items() if k != "program")
                 lines.append(f"sm_{sm}a {route} H={h} T={t}: {plan['program']} ({rest})")
     return "\n".join(lines)
@@ -54,7 +55,8 @@ def _windows_main(argv):
     p.add_argument("--plan", default=None, type=lambda s: [int(v) for v in s.split(",")], metavar="T,T,...",
                    help="also print what a call of each of these token counts runs (launch_plan)")
     p.add_argument("--sms", type=int, default=None, help="--plan: the SM count (default: the current device's)")
-    p.add_argument("--fp32-weight", action="store_true", help="--plan: an FP32 weight (default: 16-bit)")
+    p.add_argument("--fp32-weight", action="store_true", help="--plan: an FP32 weight (default: the activations')")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"], help="--plan: the activations' dtype")
     a = p.parse_args(argv)
     sm, sms = a.sm, a.sms
     if sm is None or (a.plan and sms is None):
@@ -67,7 +69,7 @@ def _windows_main(argv):
     try:
         print(windows_text(a.hidden, sm, a.route))
         if a.plan:
-            print(plans_text(a.hidden, a.plan, sm, sms, a.route, a.fp32_weight))
+            print(plans_text(a.hidden, a.plan, sm, sms, a.route, a.fp32_weight, a.dtype))
     except ValueError as e:
         p.error(str(e))
     return 0

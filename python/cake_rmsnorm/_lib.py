@@ -50,7 +50,7 @@ class _Plan(ctypes.Structure):
 
 _c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
 _c.cake_rmsnorm_launch_plan.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-                                        ctypes.c_int, ctypes.POINTER(_Plan)]
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Plan)]
 
 _c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
 _c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 7
@@ -110,10 +110,11 @@ def windows(route: str, hidden: int, sm: int) -> list:
 _W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
 
 
-def plan(route: str, hidden: int, rows: int, sm: int, sms: int, w_fp32: bool):
-    """The launch plan as a dict, or None when the route or width is not served."""
+def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_code: int, y_code: int):
+    """The launch plan as a dict (dtype codes as cake_dtype_t), or None when not served."""
     out = _Plan()
-    if _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, int(w_fp32), ctypes.byref(out)) != 0:
+    if _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, x_code, w_code, y_code,
+                                   ctypes.byref(out)) != 0:
         return None
     d = {"program": out.program.decode(), "exact": bool(out.exact), "measured": bool(out.table_measured)}
     if route.startswith("fwd"):

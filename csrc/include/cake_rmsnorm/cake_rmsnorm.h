@@ -120,15 +120,15 @@ CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden);
 CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
                                           cake_rmsnorm_window* out, int capacity);
 
-/* What one launch of BF16/FP16 activations runs (dispatch/plan.h): the plan the launchers
- * resolve for `rows` rows of `hidden` on `route`, with an FP32 (w_fp32 = 1) or 16-bit weight,
- * on architecture `sm` with `sms` SMs (the finalize's shape depends on it). Returns 0, or -1
- * when the route or width is not served. FP32 activations run their own kernels
- * (kernels/fp32_width.h) and have no plan here. */
+/* What one launch runs (dispatch/plan.h): the plan the launchers resolve for `rows` rows of
+ * `hidden` on `route`, activations of x_dtype, a weight of w_dtype and y (forward) or g
+ * (backward) of y_dtype, on architecture `sm` with `sms` SMs (the finalize's shape depends on
+ * it). Returns 0, or -1 when the route, width or dtype combination is not served. */
 typedef struct {
-  char program[48];      /* as cake_rmsnorm_program_windows names it, _r<rows> where a streaming
-                            group takes several rows */
-  int streaming;         /* forward: 1 the streaming kernel (no ring), 0 the ring kernel */
+  char program[48];      /* 16-bit x: as cake_rmsnorm_program_windows names it, _r<rows> where a
+                            streaming group takes several rows; FP32 x: fp32_t<threads a row>x<rows
+                            a CTA>_v<float4 vectors a thread>_s<backward ring rows> */
+  int streaming;         /* forward: 1 a streaming kernel (no ring; every FP32 forward), 0 the ring */
   int exact;             /* 1: the constant-width instance of an exact narrow group */
   int warp_sync;         /* 1: groups of at most a warp, no barrier (GroupSync::kWarp) */
   int w_load;            /* streaming forward: 0 with x, 1 after the sum of squares, 2 at each use;
@@ -144,7 +144,8 @@ typedef struct {
 } cake_rmsnorm_plan;
 
 CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
-                                      int w_fp32, cake_rmsnorm_plan* out);
+                                      cake_dtype_t x_dtype, cake_dtype_t w_dtype, cake_dtype_t y_dtype,
+                                      cake_rmsnorm_plan* out);
 
 /* The architectures this library carries machine code for, as a bit mask: bit i is the i-th
  * of CAKE_RMSNORM_SHIPPED_ARCHS (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3:
