@@ -32,8 +32,7 @@ int fp32_backward_nv(const BwdParams& p, const Fp32Plan& plan, cudaStream_t s) {
 }
 
 template <typename TG, typename WT, bool RES>
-int fp32_backward_res(const BwdParams& q, cudaStream_t s) {
-  const Fp32Plan plan = plan_fp32_backward(q.hidden, sizeof(TG), RES);
+int fp32_backward_res(const BwdParams& q, const Fp32Plan& plan, cudaStream_t s) {
   switch (plan.nv) {
     case 2: return fp32_backward_nv<TG, WT, RES, 2>(q, plan, s);
     case 4: return fp32_backward_nv<TG, WT, RES, 4>(q, plan, s);
@@ -43,9 +42,11 @@ int fp32_backward_res(const BwdParams& q, cudaStream_t s) {
 
 template <typename TG, typename WT>
 int fp32_backward_as(const BwdParams& p, cudaStream_t s) {
+  const bool res = p.gr != nullptr;
+  const Fp32Plan plan = plan_fp32_backward(p.hidden, sizeof(TG), res);
   BwdParams q = p;
-  q.tpr = plan_fp32_backward(p.hidden, sizeof(TG), false).tpr;  // the same group on both routes
-  return p.gr != nullptr ? fp32_backward_res<TG, WT, true>(q, s) : fp32_backward_res<TG, WT, false>(q, s);
+  q.tpr = plan.tpr;
+  return res ? fp32_backward_res<TG, WT, true>(q, plan, s) : fp32_backward_res<TG, WT, false>(q, plan, s);
 }
 
 template <typename A>

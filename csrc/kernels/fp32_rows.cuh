@@ -26,22 +26,26 @@
 
 namespace cake {
 
+// Four 16-bit elements (BF16 or FP16) widened to FP32.
+template <typename T>
+__device__ __forceinline__ float4 widen4(uint2 raw) {
+  float2 a, b;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  } else {
+    a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+    b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+  }
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
 template <typename T>
 __device__ __forceinline__ float4 load4(const T* p) {
-  if constexpr (std::is_same<T, float>::value) {
+  if constexpr (std::is_same<T, float>::value)
     return *reinterpret_cast<const float4*>(p);
-  } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    float2 a, b;
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-      b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    } else {
-      a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
-      b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-    }
-    return make_float4(a.x, a.y, b.x, b.y);
-  }
+  else
+    return widen4<T>(*reinterpret_cast<const uint2*>(p));
 }
 
 template <typename T>
@@ -108,15 +112,7 @@ __device__ __forceinline__ float4 lds_vec4(uint32_t addr) {
   } else {
     uint2 raw;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(raw.x), "=r"(raw.y) : "r"(addr));
-    float2 a, b;
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-      b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    } else {
-      a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
-      b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-    }
-    return make_float4(a.x, a.y, b.x, b.y);
+    return widen4<T>(raw);
   }
 }
 
