@@ -4,8 +4,9 @@
 
 namespace cake {
 
-int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, void* stream) {
-  return launch_backward<__nv_bfloat16>(p, w_fp32, prog, max_ctas, stream);
+int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
+                         void* stream) {
+  return launch_backward<__nv_bfloat16>(p, w_fp32, prog, max_ctas, one_launch_limit, stream);
 }
 
 }  // namespace cake

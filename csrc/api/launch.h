@@ -11,9 +11,11 @@ namespace cake {
 // The forward's plan (dispatch/plan.h) takes architecture `sm`'s table.
 int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
 int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
-int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
+// The backward runs its one-launch kernel where dw has at most one_launch_limit chunks
+// (dispatch/plan.h, one_launch_fits; 0: never).
+int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
                          void* stream);
-int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas,
+int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
                          void* stream);
 // FP32 activations (kernels/fp32_rows.cuh; fp32_forward.cu, fp32_backward.cu): y (forward) or g (backward) and w of the given
 // cake_dtype_t codes; dx, h_new and g_residual FP32. Rows up to fp32_width_ok() wide.

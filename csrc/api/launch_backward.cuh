@@ -9,6 +9,7 @@
 
 #include "../dispatch/plan.h"
 #include "../kernels/backward.cuh"
+#include "../kernels/backward_small.cuh"
 #include "launch.h"
 #include "occupancy.h"
 
@@ -65,10 +66,42 @@ BwdKernel backward_kernel(const Program& prog, bool exact) {
   return rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR>;
 }
 
+// The one launch's instance (dispatch/plan.h, one_launch_fits): the exact group's where the
+// plan says so, as backward_kernel's unpaired choice.
+template <typename T, typename WT, bool RES, int VPT>
+BwdKernel one_launch_kernel(const Program& prog, bool exact) {
+  if constexpr (exact_group(32, VPT, true))
+    if (exact && prog.tpr == 32) return rmsnorm_bwd_one_kernel<T, WT, RES, VPT, 32>;
+  if constexpr (exact_group(16, VPT, true))
+    if (exact && prog.tpr == 16) return rmsnorm_bwd_one_kernel<T, WT, RES, VPT, 16>;
+  return rmsnorm_bwd_one_kernel<T, WT, RES, VPT>;
+}
+
+template <typename T, typename WT, bool RES, int VPT>
+int launch_one(const BwdParams& p, const BwdPlan& plan, cudaStream_t s) {
+  const Program& prog = plan.program;
+  const BwdKernel kernel = one_launch_kernel<T, WT, RES, VPT>(prog, plan.exact);
+  const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
+  resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);  // raises the kernel's shared-memory limit once
+  BwdParams q = p;
+  q.tpr = prog.tpr;
+  q.stages = prog.stages;
+  q.dx_ctas = static_cast<int>(plan.dx_ctas);
+  kernel<<<static_cast<unsigned>(plan.dx_ctas + plan.dw_ctas), prog.cta, smem, s>>>(q);
+  return static_cast<int>(cudaGetLastError());
+}
+
 // One plan a call (dispatch/plan.h): the two device facts it needs are the SM count (the
 // finalize's shape) and the resident CTAs of the pair kernel where the program has a pair twin.
+// `one_launch_limit`: the chunk count up to which a call that wants dw runs the one launch;
+// a capped grid (max_ctas > 0) always runs the pair of kernels.
 template <typename T, typename WT, bool RES, int VPT>
-int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, cudaStream_t s) {
+int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, int one_launch_limit,
+                           cudaStream_t s) {
+  const int limit = p.dw != nullptr && max_ctas == 0 ? one_launch_limit : 0;
+  if (one_launch_fits(p.chunks, limit))
+    return launch_one<T, WT, RES, VPT>(
+        p, plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem, 0, 0, limit), s);
   Program twin = table_prog;
   int64_t pair_resident = 0;
   if (pair_candidate(table_prog, p.chunk_rows, p.chunk_rem, &twin)) {
@@ -76,7 +109,7 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
     pair_resident = resident_ctas(reinterpret_cast<const void*>(k), twin.cta,
                                   backward_smem_bytes(twin.cta, VPT, twin.stages, RES));
   }
-  const BwdPlan plan = plan_backward(table_prog, p.hidden, p.chunks, p.chunk_rows, p.chunk_rem,
+  const BwdPlan plan = plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem,
                                      p.dw != nullptr ? resident_sms() : 0, pair_resident);
   const Program& prog = plan.program;
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
@@ -99,11 +132,11 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
 // translation unit a (dtype, VPT); a unit that includes this header without CAKE_INSTANCE_UNIT
 // only declares them.
 #define CAKE_BWD_INSTANCES(KW, T, VPT)                                                                      \
-  KW template int launch_backward_kernel<T, T, false, VPT>(const BwdParams&, const Program&, int, cudaStream_t); \
-  KW template int launch_backward_kernel<T, T, true, VPT>(const BwdParams&, const Program&, int, cudaStream_t);  \
-  KW template int launch_backward_kernel<T, float, false, VPT>(const BwdParams&, const Program&, int,            \
+  KW template int launch_backward_kernel<T, T, false, VPT>(const BwdParams&, const Program&, int, int, cudaStream_t); \
+  KW template int launch_backward_kernel<T, T, true, VPT>(const BwdParams&, const Program&, int, int, cudaStream_t);  \
+  KW template int launch_backward_kernel<T, float, false, VPT>(const BwdParams&, const Program&, int, int,       \
                                                                cudaStream_t);                                   \
-  KW template int launch_backward_kernel<T, float, true, VPT>(const BwdParams&, const Program&, int, cudaStream_t);
+  KW template int launch_backward_kernel<T, float, true, VPT>(const BwdParams&, const Program&, int, int, cudaStream_t);
 #define CAKE_BWD_INSTANCES_ALL_VPT(KW, T) \
   CAKE_BWD_INSTANCES(KW, T, 1)            \
   CAKE_BWD_INSTANCES(KW, T, 2)            \
@@ -115,26 +148,28 @@ CAKE_BWD_INSTANCES_ALL_VPT(extern, __half)
 #endif
 
 template <typename T, typename WT, bool RES>
-int launch_backward_vpt(const BwdParams& p, const Program& prog, int max_ctas, cudaStream_t s) {
+int launch_backward_vpt(const BwdParams& p, const Program& prog, int max_ctas, int one_launch_limit, cudaStream_t s) {
   switch (prog.vpt) {
-    case 1: return launch_backward_kernel<T, WT, RES, 1>(p, prog, max_ctas, s);
-    case 2: return launch_backward_kernel<T, WT, RES, 2>(p, prog, max_ctas, s);
-    case 3: return launch_backward_kernel<T, WT, RES, 3>(p, prog, max_ctas, s);
-    case 4: return launch_backward_kernel<T, WT, RES, 4>(p, prog, max_ctas, s);
+    case 1: return launch_backward_kernel<T, WT, RES, 1>(p, prog, max_ctas, one_launch_limit, s);
+    case 2: return launch_backward_kernel<T, WT, RES, 2>(p, prog, max_ctas, one_launch_limit, s);
+    case 3: return launch_backward_kernel<T, WT, RES, 3>(p, prog, max_ctas, one_launch_limit, s);
+    case 4: return launch_backward_kernel<T, WT, RES, 4>(p, prog, max_ctas, one_launch_limit, s);
     default: return static_cast<int>(cudaErrorInvalidConfiguration);
   }
 }
 
 template <typename T>
-int launch_backward(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, void* stream) {
+int launch_backward(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
+                    void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool res = p.gr != nullptr;
+  const int lim = one_launch_limit;
   if (w_fp32) {
-    return res ? launch_backward_vpt<T, float, true>(p, prog, max_ctas, s)
-               : launch_backward_vpt<T, float, false>(p, prog, max_ctas, s);
+    return res ? launch_backward_vpt<T, float, true>(p, prog, max_ctas, lim, s)
+               : launch_backward_vpt<T, float, false>(p, prog, max_ctas, lim, s);
   }
-  return res ? launch_backward_vpt<T, T, true>(p, prog, max_ctas, s)
-             : launch_backward_vpt<T, T, false>(p, prog, max_ctas, s);
+  return res ? launch_backward_vpt<T, T, true>(p, prog, max_ctas, lim, s)
+             : launch_backward_vpt<T, T, false>(p, prog, max_ctas, lim, s);
 }
 
 }  // namespace cake

@@ -86,7 +86,17 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   cake::Program twin = table;
   const bool has_twin = cake::pair_candidate(table, q, rem, &twin);
   // The plan without pairs (a resident count of 0), and the count from which they run.
-  const cake::BwdPlan b = cake::plan_backward(table, h, c, q, rem, sms, 0);
+  const cake::BwdPlan one = cake::plan_backward(table, h, rows, c, q, rem, sms, 0, cake::arch_table(sm).bwd_one_launch_chunks);
+  if (one.one_launch) {
+    cake::program_name(one.program, out->program, sizeof(out->program));
+    out->exact = one.exact;
+    out->w_load = -1;
+    out->one_launch = 1;
+    out->dx_ctas = one.dx_ctas;
+    out->dw_ctas = one.dw_ctas;
+    return 0;
+  }
+  const cake::BwdPlan b = cake::plan_backward(table, h, rows, c, q, rem, sms, 0);
   cake::program_name(b.program, out->program, sizeof(out->program));
   out->exact = b.exact;
   out->w_load = -1;

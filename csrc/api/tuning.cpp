@@ -1,12 +1,17 @@
 // The exported tuning hooks (A/B measurements and tests) and the per-call program they steer.
 #include "tuning.h"
 
+#include <atomic>
+
 #include "cake_rmsnorm/cake_rmsnorm.h"
 
 namespace {
 
 thread_local cake::Program g_override[2] = {};
 thread_local bool g_exact_groups = true;
+// Process-wide, unlike the two above: autograd runs backward calls on its own device
+// threads, and the hook must reach those too. -1: the architecture table's limit.
+std::atomic<int> g_one_launch{-1};
 
 }  // namespace
 
@@ -18,6 +23,11 @@ bool program_for_call(Route route, int64_t hidden, int64_t rows, int sm, Program
   *out = o.tpr == 0 ? select_program(route, hidden, rows, sm) : o;
   out->exact = g_exact_groups;
   return o.tpr == 0 || program_valid(o, backward, has_residual(route));
+}
+
+int one_launch_limit(int sm) {
+  const int o = g_one_launch.load(std::memory_order_relaxed);
+  return o >= 0 ? o : arch_table(sm).bwd_one_launch_chunks;
 }
 
 }  // namespace cake
@@ -41,6 +51,12 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
 cake_status_t cake_rmsnorm_set_exact_groups(int enabled) {
   if (enabled != 0 && enabled != 1) return CAKE_ERR_INVALID_ARGUMENT;
   g_exact_groups = enabled == 1;
+  return CAKE_OK;
+}
+
+cake_status_t cake_rmsnorm_set_one_launch(int max_chunks) {
+  if (max_chunks < -1 || max_chunks >= cake::kFinalizeWideChunks) return CAKE_ERR_INVALID_ARGUMENT;
+  g_one_launch = max_chunks;
   return CAKE_OK;
 }
 

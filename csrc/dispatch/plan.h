@@ -107,17 +107,43 @@ constexpr bool pair_fits(const Program& q, int chunks, int64_t resident) {
   return resident > 0 && 2 * ceil_div(chunks, units) <= resident;
 }
 
+// The one-launch backward (kernels/backward_small.cuh) where dw has at most `limit` chunks
+// (ArchTable::bwd_one_launch_chunks, or the tuning hook's; 0: never): row CTAs compute dx,
+// one row a group, and column CTAs sum dw from g, x and rstd in the chunk order (the same
+// bits), so neither partials nor the finalize exist. Below 32 chunks each lane of a column
+// sums one chunk, so a lane's chain is at most two rows (docs/perf/dispatch.md).
+constexpr bool one_launch_fits(int chunks, int limit) {
+  return chunks > 0 && chunks <= limit && chunks < kFinalizeWideChunks;
+}
+// Its grid: row CTAs of the table's groups, one row each, then column CTAs of one warp a
+// kDwColVecs vectors of columns.
+constexpr int64_t one_launch_dx_ctas(const Program& prog, int64_t rows) { return ceil_div(rows, prog.cta / prog.tpr); }
+constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden) {
+  return ceil_div(hidden / 8, int64_t(prog.cta / 32) * kDwColVecs);
+}
+
 struct BwdPlan {
-  Program program;  // the table's, or its pair twin
+  Program program;  // the table's, or its pair twin (one launch: the table's with a one-row ring)
   bool pair;
   bool exact;
-  FinalizeShape finalize;
+  FinalizeShape finalize;  // unused by the one launch
+  bool one_launch;
+  int64_t dx_ctas, dw_ctas;  // the one launch's grid: row CTAs, then column CTAs
 };
 // `pair_resident`: the resident CTAs of the pair kernel for the candidate (pair_candidate),
-// 0 when there is none or the query failed.
-constexpr BwdPlan plan_backward(const Program& table, int hidden, int chunks, int64_t chunk_rows, int chunk_rem,
-                                int64_t sms, int64_t pair_resident) {
-  BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms)};
+// 0 when there is none or the query failed. `one_launch_limit`: the chunk count up to which
+// the one launch runs (0 where dw is not wanted).
+constexpr BwdPlan plan_backward(const Program& table, int hidden, int64_t rows, int chunks, int64_t chunk_rows,
+                                int chunk_rem, int64_t sms, int64_t pair_resident, int one_launch_limit = 0) {
+  BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms), false, 0, 0};
+  if (one_launch_fits(chunks, one_launch_limit)) {
+    b.program.stages = 1;  // a group's one row: nothing to prefetch
+    b.exact = backward_exact(b.program, hidden, false);
+    b.one_launch = true;
+    b.dx_ctas = one_launch_dx_ctas(b.program, rows);
+    b.dw_ctas = one_launch_dw_ctas(b.program, hidden);
+    return b;
+  }
   Program q = table;
   if (pair_candidate(table, chunk_rows, chunk_rem, &q) && pair_fits(q, chunks, pair_resident)) {
     b.program = q;

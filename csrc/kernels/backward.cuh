@@ -75,22 +75,23 @@ __device__ __forceinline__ void pair_barrier(int id, int unit, int count) {
 // no rest loops, a butterfly of log2(kTpr) steps with neither barrier nor scratch, the mean's
 // divisor a constant; BF16 widened by bit operations. The same adds in the same order: the
 // same bits as the runtime-width instance.
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0>
-__global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
+// The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
+// the one-launch small-T kernel's row CTAs, backward_small.cuh).
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw>
+__device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   constexpr bool kExact = kTpr > 0;
   constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
   constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
   __shared__ float scratch[kExact ? 1 : 32];  // unused (and dropped) by exact groups
   GroupScratch gs{scratch};
-  pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   constexpr int kStreams = RES ? 3 : 2;
   const RowGroupT<kTpr> rg(p.tpr);
   const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
   const int cta = blockDim.x, stages = p.stages;
   const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
   const int hidden = nvec * kVec;
-  const bool want_dw = p.dw != nullptr;
+  const bool want_dw = kDw && p.dw != nullptr;
   // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
   // its rstd of stage s: rbase + s * cta * 4.
   const uint32_t base = smem_addr(ring) + threadIdx.x * 16u;
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   const bool hi = PAIR && (group & 1);
   const int pair_bar = 1 + (tpr > 32 ? rpc : 0) + unit;
 #pragma unroll 1
-  for (int c = blockIdx.x * units + unit; c < p.chunks; c += gridDim.x * units) {
+  for (int c = cta_index * units + unit; c < p.chunks; c += grid_ctas * units) {
     const int64_t cbegin = chunk_begin(c, p);
     const int64_t cend = chunk_begin(c + 1, p);
     // This group's rows of the chunk: all of them, or (PAIR) the first or the second.
@@ -273,6 +274,12 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
     }
   }
   cp_async_wait<0>();  // no copy outlives the CTA
+}
+
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0>
+__global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
+  pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
+  bwd_rows<T, WT, RES, VPT, PAIR, kTpr, true>(p, blockIdx.x, gridDim.x);
 }
 
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,

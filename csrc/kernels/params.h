@@ -68,6 +68,10 @@ struct FwdParams {
   int stages;  // rows in flight per row group (CUDA), 1..kMaxStages
 };
 
+// The one-launch small-T backward's column role (backward_small.cuh): 16-byte vectors of
+// columns a lane sums, so a warp covers 8 * kDwColVecs columns.
+constexpr int kDwColVecs = 1;
+
 struct BwdParams {
   const void* g;
   int64_t g_stride;
@@ -90,6 +94,7 @@ struct BwdParams {
   int chunk_rem;       // rows % chunks
   int tpr;
   int stages;
+  int dx_ctas;  // the one-launch kernel: CTAs [0, dx_ctas) compute dx, the rest dw by columns
 };
 
 // Dynamic shared memory of the forward: the cp.async ring of x (and residual) vectors.

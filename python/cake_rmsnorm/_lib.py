@@ -45,7 +45,8 @@ class _Plan(ctypes.Structure):
     _fields_ = [("program", ctypes.c_char * 48), ("streaming", ctypes.c_int), ("exact", ctypes.c_int),
                 ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
                 ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
-                ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int)]
+                ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int), ("one_launch", ctypes.c_int),
+                ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64)]
 
 
 _c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
@@ -56,6 +57,8 @@ _c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
 _c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 7
 _c.cake_rmsnorm_set_exact_groups.restype = ctypes.c_int
 _c.cake_rmsnorm_set_exact_groups.argtypes = [ctypes.c_int]
+_c.cake_rmsnorm_set_one_launch.restype = ctypes.c_int
+_c.cake_rmsnorm_set_one_launch.argtypes = [ctypes.c_int]
 
 _c.cake_rmsnorm_shipped_archs.restype = ctypes.c_int
 _c.cake_rmsnorm_shipped_archs.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
@@ -80,6 +83,10 @@ def set_program_override(direction: int, tpr: int, cta: int, vpt: int, ctas_per_
 
 def set_exact_groups(enabled: bool) -> int:
     return int(_c.cake_rmsnorm_set_exact_groups(1 if enabled else 0))
+
+
+def set_one_launch(max_chunks: int) -> int:
+    return int(_c.cake_rmsnorm_set_one_launch(max_chunks))
 
 
 def workspace_bytes(rows: int, hidden: int) -> int:
@@ -121,6 +128,8 @@ def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_c
         d.update(kernel="streaming" if out.streaming else "ring", warp_sync=bool(out.warp_sync))
         if out.streaming:
             d["w_load"] = _W_LOADS[out.w_load]
+    elif out.one_launch:  # dx by rows and dw by columns in one grid: no partials, no finalize
+        d.update(chunks=out.chunks, one_launch={"dx_ctas": out.dx_ctas, "dw_ctas": out.dw_ctas})
     else:
         d.update(chunks=out.chunks, finalize=(out.finalize_cols, out.finalize_lanes))
         if out.pair_cta:

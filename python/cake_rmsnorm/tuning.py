@@ -5,9 +5,9 @@ on T, which an override can break."""
 
 import contextlib
 
-from ._lib import set_exact_groups, set_program_override
+from ._lib import set_exact_groups, set_one_launch, set_program_override
 
-__all__ = ["program_override", "exact_groups", "FORWARD", "BACKWARD"]
+__all__ = ["program_override", "exact_groups", "one_launch", "FORWARD", "BACKWARD"]
 
 FORWARD, BACKWARD = 0, 1
 
@@ -44,3 +44,21 @@ def exact_groups(enabled: bool):
         yield
     finally:
         set_exact_groups(True)
+
+
+@contextlib.contextmanager
+def one_launch(max_chunks: int):
+    """``with one_launch(0):`` the CUDA backward calls in the block (of every thread: autograd
+    runs backward on its own threads) run the main
+    kernel and its dw finalize at every T; ``one_launch(n)`` runs the one-launch kernel (dx by
+    rows, dw by columns, one grid) wherever dw has at most n chunks (0..1023). The same bits
+    either way; for paired A/B measurements and the tests that hold the two to the same bits."""
+    if isinstance(max_chunks, bool) or not isinstance(max_chunks, int):
+        raise TypeError(f"max_chunks must be an int, got {type(max_chunks).__name__}")
+    if set_one_launch(max_chunks) != 0 or max_chunks < 0:
+        set_one_launch(-1)
+        raise ValueError(f"max_chunks must be in 0..1023, got {max_chunks}")
+    try:
+        yield
+    finally:
+        set_one_launch(-1)

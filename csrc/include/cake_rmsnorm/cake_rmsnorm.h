@@ -141,6 +141,10 @@ typedef struct {
   int finalize_lanes;    /* backward: lanes a finalize column sums its chunks into */
   int table_measured;    /* 1: sm's tuning table was fit by measurement (sm_90a); 0: a copy of
                             sm_90a's (sm_100a, sm_103a, sm_107a: nothing was measured there) */
+  int one_launch;        /* backward: 1 where dx and dw run in one launch (no partials, no
+                            finalize; the table's limit, with max_ctas 0 and dw wanted) */
+  int64_t dx_ctas;       /* backward, one launch: CTAs computing dx by rows */
+  int64_t dw_ctas;       /* backward, one launch: CTAs summing dw by columns */
 } cake_rmsnorm_plan;
 
 CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
@@ -178,6 +182,14 @@ CAKE_API cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr,
  * kernel (groups of at most a warp whose vectors cover the row); 1 (the default) restores
  * them. The outputs' bits are the same either way. */
 CAKE_API cake_status_t cake_rmsnorm_set_exact_groups(int enabled);
+
+/* Tuning hook (A/B measurements and tests), process-wide (autograd runs backward calls on its
+ * own threads): the CUDA backward calls that want dw run
+ * the one-launch kernel (dx by rows and dw by columns in one grid, no workspace traffic) up to
+ * max_chunks dw chunks (cake_rmsnorm_backward_chunks), and the main kernel and its finalize
+ * above; 0 never runs it, -1 (the default) restores the architecture table's limit. At most
+ * 1023. The outputs' bits are the same either way. */
+CAKE_API cake_status_t cake_rmsnorm_set_one_launch(int max_chunks);
 
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */

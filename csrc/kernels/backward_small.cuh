@@ -1,0 +1,135 @@
+// The one-launch backward for small T (few dw chunks): CTAs [0, dx_ctas) compute dx by rows
+// (the row kernel's body without partials), the rest sum dw by columns straight from g, x and
+// rstd in exactly the chunk-partials order, so neither partials nor a finalize kernel exist.
+// The two roles share no memory: nothing waits. Torch-free.
+#pragma once
+
+#include <type_traits>
+
+#include "backward.cuh"
+
+namespace cake {
+
+// dw by columns, warp-wide: lane l sums chunks l, l + 32, ... (chunks < kFinalizeWideChunks:
+// 32 lanes a column), each chunk's rows in order in Kahan-compensated FP32 with the row
+// kernel's products (g * (x * rstd), rounded as there) and rounding (acc - comp: the chunk's
+// partial), the partials by Neumaier adds as dw_finalize_kernel's lane does, then the same xor
+// butterfly over the 32 lanes: the same dw bits as the pair of kernels. A butterfly step whose
+// partner lanes hold no chunk (o >= chunks) only merges zeros and is skipped (the sum s is
+// unchanged by it, and c only in the sign of a zero, which s + c does not see).
+template <typename T, typename WT>
+__device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, int grid_ctas) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, l = threadIdx.x % 32;
+  const int nvec = p.hidden / kVec;
+  const int col_blocks = (nvec + warps * kDwColVecs - 1) / (warps * kDwColVecs);
+#pragma unroll 1
+  for (int cb = cta_index; cb < col_blocks; cb += grid_ctas) {
+    const int v0 = (cb * warps + warp) * kDwColVecs;
+    if (v0 >= nvec) break;  // this warp's columns are past the row (whole warps: the shuffles stay full)
+    float s[kDwColVecs][kVec], c[kDwColVecs][kVec];
+#pragma unroll
+    for (int u = 0; u < kDwColVecs; ++u)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) s[u][j] = c[u][j] = 0.f;
+    auto add_row = [&](float (&acc)[kDwColVecs][kVec], float (&comp)[kDwColVecs][kVec], const uint4 (&gv)[kDwColVecs],
+                       const uint4 (&xv)[kDwColVecs], float rstd) {
+#pragma unroll
+      for (int u = 0; u < kDwColVecs; ++u) {
+        float gf[kVec], xf[kVec];
+        unpack8<T>(gv[u], gf);
+        unpack8<T>(xv[u], xf);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) kahan_add(acc[u][j], comp[u][j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
+      }
+    };
+    auto load_row = [&](int64_t row, uint4 (&gv)[kDwColVecs], uint4 (&xv)[kDwColVecs]) {
+      const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
+      const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+#pragma unroll
+      for (int u = 0; u < kDwColVecs; ++u) {
+        const int v = v0 + u < nvec ? v0 + u : v0;  // a masked vector reads the first one and is dropped
+        gv[u] = load16(g + v * kVec);
+        xv[u] = load16(x + v * kVec);
+      }
+    };
+#pragma unroll 1
+    for (int k = l; k < p.chunks; k += 32) {
+      const int64_t begin = chunk_begin(k, p), end = chunk_begin(k + 1, p);
+      float acc[kDwColVecs][kVec], comp[kDwColVecs][kVec];
+#pragma unroll
+      for (int u = 0; u < kDwColVecs; ++u)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[u][j] = comp[u][j] = 0.f;
+      int64_t row = begin;
+#pragma unroll 1
+      for (; row + 1 < end; row += 2) {  // two rows' loads in flight, then their adds in row order
+        uint4 g0[kDwColVecs], x0[kDwColVecs], g1[kDwColVecs], x1[kDwColVecs];
+        load_row(row, g0, x0);
+        load_row(row + 1, g1, x1);
+        const float r0 = p.rstd[row], r1 = p.rstd[row + 1];
+        add_row(acc, comp, g0, x0, r0);
+        add_row(acc, comp, g1, x1, r1);
+      }
+      if (row < end) {
+        uint4 g0[kDwColVecs], x0[kDwColVecs];
+        load_row(row, g0, x0);
+        add_row(acc, comp, g0, x0, p.rstd[row]);
+      }
+#pragma unroll
+      for (int u = 0; u < kDwColVecs; ++u)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) neumaier_add(s[u][j], c[u][j], __fsub_rn(acc[u][j], comp[u][j]));
+    }
+#pragma unroll 1
+    for (int o = 16; o > 0; o >>= 1) {
+      if (o >= p.chunks) continue;  // uniform: every lane skips the same steps
+#pragma unroll
+      for (int u = 0; u < kDwColVecs; ++u)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j)
+          neumaier_merge(s[u][j], c[u][j], __shfl_xor_sync(0xffffffffu, s[u][j], o),
+                         __shfl_xor_sync(0xffffffffu, c[u][j], o));
+    }
+    if (l != 0) continue;
+#pragma unroll
+    for (int u = 0; u < kDwColVecs; ++u) {
+      const int v = v0 + u;
+      if (v >= nvec) break;
+      float sum[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum[j] = s[u][j] + c[u][j];
+      if constexpr (!std::is_same<WT, float>::value) {
+        if (p.dw_w_dtype) {  // one rounding of the compensated sum, as the finalize's
+          store16(static_cast<WT*>(p.dw) + v * kVec, pack8<WT>(sum));
+          continue;
+        }
+      }
+      float4* out = reinterpret_cast<float4*>(static_cast<float*>(p.dw) + v * kVec);
+      float4 a = make_float4(sum[0], sum[1], sum[2], sum[3]), b = make_float4(sum[4], sum[5], sum[6], sum[7]);
+      if (p.accumulate) {
+        const float4 a0 = out[0], b0 = out[1];
+        a = make_float4(a0.x + a.x, a0.y + a.y, a0.z + a.z, a0.w + a.w);
+        b = make_float4(b0.x + b.x, b0.y + b.y, b0.z + b.z, b0.w + b.w);
+      }
+      out[0] = a;
+      out[1] = b;
+    }
+  }
+}
+
+// One launch: row CTAs [0, p.dx_ctas) take one row a group (chunks of one row: dx has the same
+// bits whatever the chunking), the others dw's column blocks.
+template <typename T, typename WT, bool RES, int VPT, int kTpr = 0>
+__global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_one_kernel(const BwdParams p) {
+  if (static_cast<int>(blockIdx.x) < p.dx_ctas) {
+    BwdParams q = p;
+    q.chunks = static_cast<int>(p.rows);
+    q.chunk_rows = 1;
+    q.chunk_rem = 0;
+    bwd_rows<T, WT, RES, VPT, false, kTpr, false>(q, blockIdx.x, p.dx_ctas);
+  } else {
+    dw_columns<T, WT>(p, blockIdx.x - p.dx_ctas, gridDim.x - p.dx_ctas);
+  }
+}
+
+}  // namespace cake
