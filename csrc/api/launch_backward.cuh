@@ -99,7 +99,7 @@ template <typename T, typename WT, bool RES, int VPT>
 int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, int one_launch_limit,
                            cudaStream_t s) {
   const int limit = p.dw != nullptr && max_ctas == 0 ? one_launch_limit : 0;
-  if (one_launch_fits(p.chunks, limit))
+  if (one_launch_fits(p.rows, p.chunks, limit))
     return launch_one<T, WT, RES, VPT>(
         p, plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem, 0, 0, limit), s);
   Program twin = table_prog;

@@ -108,18 +108,18 @@ constexpr bool pair_fits(const Program& q, int chunks, int64_t resident) {
 }
 
 // The one-launch backward (kernels/backward_small.cuh) where dw has at most `limit` chunks
-// (ArchTable::bwd_one_launch_chunks, or the tuning hook's; 0: never): row CTAs compute dx,
-// one row a group, and column CTAs sum dw from g, x and rstd in the chunk order (the same
-// bits), so neither partials nor the finalize exist. Below 32 chunks each lane of a column
-// sums one chunk, so a lane's chain is at most two rows (docs/perf/dispatch.md).
-constexpr bool one_launch_fits(int chunks, int limit) {
-  return chunks > 0 && chunks <= limit && chunks < kFinalizeWideChunks;
+// (ArchTable::bwd_one_launch_chunks, or the tuning hook's; 0: never) of at most two rows:
+// row CTAs compute dx, one row a group, and column CTAs sum dw from g, x and rstd in the chunk
+// order (the same bits), so neither partials nor the finalize exist. A column lane sums
+// chunks / 32 chunks in a chain, which is why it stops at a few chunks (docs/perf/dispatch.md).
+constexpr bool one_launch_fits(int64_t rows, int chunks, int limit) {
+  return chunks > 0 && chunks <= limit && chunks < kFinalizeWideChunks && rows <= kRowsPerChunkMin * chunks;
 }
 // Its grid: row CTAs of the table's groups, one row each, then column CTAs of one warp a
-// kDwColVecs vectors of columns.
+// kDwColVecs vectors of columns; none for one row, whose group writes dw itself.
 constexpr int64_t one_launch_dx_ctas(const Program& prog, int64_t rows) { return ceil_div(rows, prog.cta / prog.tpr); }
-constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden) {
-  return ceil_div(hidden / 8, int64_t(prog.cta / 32) * kDwColVecs);
+constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden, int64_t rows) {
+  return rows == 1 ? 0 : ceil_div(hidden / 8, int64_t(prog.cta / 32) * kDwColVecs);
 }
 
 struct BwdPlan {
@@ -136,12 +136,12 @@ struct BwdPlan {
 constexpr BwdPlan plan_backward(const Program& table, int hidden, int64_t rows, int chunks, int64_t chunk_rows,
                                 int chunk_rem, int64_t sms, int64_t pair_resident, int one_launch_limit = 0) {
   BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms), false, 0, 0};
-  if (one_launch_fits(chunks, one_launch_limit)) {
+  if (one_launch_fits(rows, chunks, one_launch_limit)) {
     b.program.stages = 1;  // a group's one row: nothing to prefetch
     b.exact = backward_exact(b.program, hidden, false);
     b.one_launch = true;
     b.dx_ctas = one_launch_dx_ctas(b.program, rows);
-    b.dw_ctas = one_launch_dw_ctas(b.program, hidden);
+    b.dw_ctas = one_launch_dw_ctas(b.program, hidden, rows);
     return b;
   }
   Program q = table;

@@ -90,7 +90,7 @@ struct ArchTable {
 };
 constexpr ArchTable kSm90{90, true, 5, 4, 3, 8, 128, 256, 2, 8, 128, 2,
                           512, int64_t(1) << 22, int64_t(1) << 24, int64_t(1) << 25, 16384, int64_t(1) << 26,
-                          32};
+                          64};
 constexpr ArchTable unmeasured_copy(int sm) {
   ArchTable t = kSm90;
   t.sm = sm;

@@ -75,8 +75,31 @@ __device__ __forceinline__ void pair_barrier(int id, int unit, int count) {
 // no rest loops, a butterfly of log2(kTpr) steps with neither barrier nor scratch, the mean's
 // divisor a constant; BF16 widened by bit operations. The same adds in the same order: the
 // same bits as the runtime-width instance.
+// Eight columns of dw from their compensated sums: in w's 16-bit dtype (one rounding, as the
+// finalize), or FP32, added into dw with accumulate.
+template <typename WT>
+__device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float (&sum)[kVec]) {
+  if constexpr (!std::is_same<WT, float>::value) {
+    if (p.dw_w_dtype) {
+      store16(static_cast<WT*>(p.dw) + v * kVec, pack8<WT>(sum));
+      return;
+    }
+  }
+  float4* out = reinterpret_cast<float4*>(static_cast<float*>(p.dw) + v * kVec);
+  float4 a = make_float4(sum[0], sum[1], sum[2], sum[3]), b = make_float4(sum[4], sum[5], sum[6], sum[7]);
+  if (p.accumulate) {
+    const float4 a0 = out[0], b0 = out[1];
+    a = make_float4(a0.x + a.x, a0.y + a.y, a0.z + a.z, a0.w + a.w);
+    b = make_float4(b0.x + b.x, b0.y + b.y, b0.z + b.z, b0.w + b.w);
+  }
+  out[0] = a;
+  out[1] = b;
+}
+
 // The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
-// the one-launch small-T kernel's row CTAs, backward_small.cuh).
+// the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
+// writes dw: the chunk's partial and the finalize's sum of one product g * xhat are that
+// product plus +0 (a -0 becomes +0), exactly.
 template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   constexpr bool kExact = kTpr > 0;
@@ -92,6 +115,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
   const int hidden = nvec * kVec;
   const bool want_dw = kDw && p.dw != nullptr;
+  const bool row_dw = !kDw && p.dw != nullptr && p.rows == 1;
   // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
   // its rstd of stage s: rbase + s * cta * 4.
   const uint32_t base = smem_addr(ring) + threadIdx.x * 16u;
@@ -201,7 +225,14 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
           sts16f(src + k * kstep, prod[0], prod[1], prod[2], prod[3]);
           sts16f(src + (VPT + k) * kstep, prod[4], prod[5], prod[6], prod[7]);
         }
-        if (kExact || v < nvec) store16(dx + v * kVec, pack8<T>(d));
+        if (kExact || v < nvec) {
+          store16(dx + v * kVec, pack8<T>(d));
+          if (!kDw && row_dw) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) prod[j] = __fadd_rn(prod[j], 0.f);
+            store_dw8<WT>(p, v, prod);
+          }
+        }
       }
 #pragma unroll 1
       for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
@@ -212,12 +243,16 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         w2.load(p.w, v * kVec, true);
         w2.get_here(wf);
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
+        float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float val = dx_value(gf[j], wf[j], __fmul_rn(xf[j], rstd), mean, rstd);
+          const float xhat = __fmul_rn(xf[j], rstd);
+          const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? __fadd_rn(val, d[j]) : val;
+          prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);
         }
         store16(dx + v * kVec, pack8<T>(d));
+        if (!kDw && row_dw) store_dw8<WT>(p, v, prod);
       }
     }
     // Copies of one thread complete in no set order: drain before the next chunk's prologue

@@ -98,27 +98,14 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
       float sum[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) sum[j] = s[u][j] + c[u][j];
-      if constexpr (!std::is_same<WT, float>::value) {
-        if (p.dw_w_dtype) {  // one rounding of the compensated sum, as the finalize's
-          store16(static_cast<WT*>(p.dw) + v * kVec, pack8<WT>(sum));
-          continue;
-        }
-      }
-      float4* out = reinterpret_cast<float4*>(static_cast<float*>(p.dw) + v * kVec);
-      float4 a = make_float4(sum[0], sum[1], sum[2], sum[3]), b = make_float4(sum[4], sum[5], sum[6], sum[7]);
-      if (p.accumulate) {
-        const float4 a0 = out[0], b0 = out[1];
-        a = make_float4(a0.x + a.x, a0.y + a.y, a0.z + a.z, a0.w + a.w);
-        b = make_float4(b0.x + b.x, b0.y + b.y, b0.z + b.z, b0.w + b.w);
-      }
-      out[0] = a;
-      out[1] = b;
+      store_dw8<WT>(p, v, sum);
     }
   }
 }
 
 // One launch: row CTAs [0, p.dx_ctas) take one row a group (chunks of one row: dx has the same
-// bits whatever the chunking), the others dw's column blocks.
+// bits whatever the chunking), the others dw's column blocks; a one-row call has no column
+// CTAs (its row group writes dw).
 template <typename T, typename WT, bool RES, int VPT, int kTpr = 0>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_one_kernel(const BwdParams p) {
   if (static_cast<int>(blockIdx.x) < p.dx_ctas) {
