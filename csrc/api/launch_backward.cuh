@@ -5,8 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <stdlib.h>
-
 #include <type_traits>
 
 #include "../dispatch/plan.h"
@@ -83,13 +81,11 @@ template <typename T, typename WT, bool RES, int VPT>
 int launch_one(const BwdParams& p, const BwdPlan& plan, cudaStream_t s) {
   const Program& prog = plan.program;
   const BwdKernel kernel = one_launch_kernel<T, WT, RES, VPT>(prog, plan.exact);
-  static const bool ring = getenv("CAKE_ONE_LAUNCH_RING") != nullptr;  // EXPERIMENT: A/B of the dx role
-  const int stages = ring ? 1 : 0;
-  const size_t smem = stages ? backward_smem_bytes(prog.cta, VPT, stages, RES) : 0;
+  const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);  // raises the kernel's shared-memory limit once
   BwdParams q = p;
   q.tpr = prog.tpr;
-  q.stages = stages;
+  q.stages = prog.stages;
   q.dx_ctas = static_cast<int>(plan.dx_ctas);
   kernel<<<static_cast<unsigned>(plan.dx_ctas + plan.dw_ctas), prog.cta, smem, s>>>(q);
   return static_cast<int>(cudaGetLastError());

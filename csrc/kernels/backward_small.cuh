@@ -103,112 +103,12 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
   }
 }
 
-// dx of one row a group with direct loads (no ring: at the fewest rows a group has one row,
-// and the copy-to-shared round trip is latency on the kernel's only chain): the row kernel's
-// arithmetic in its order (gwxhat_sum per vector, the tree over vectors, the rest of a very
-// wide row, group_sum, the mean, dx_value; masked vectors as zeros), so the same dx bits. A
-// one-row call also writes dw, as bwd_rows does.
-template <typename T, typename WT, bool RES, int VPT, int kTpr>
-__device__ __forceinline__ void dx_rows_direct(const BwdParams& p, int cta_index, int grid_ctas) {
-  constexpr bool kExact = kTpr > 0;
-  constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
-  constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
-  __shared__ float scratch[kExact ? 1 : 32];
-  GroupScratch gs{scratch};
-  const RowGroupT<kTpr> rg(p.tpr);
-  const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
-  const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
-  const int hidden = nvec * kVec;
-  const bool row_dw = p.dw != nullptr && p.rows == 1;
-  WVec<WT> wv[VPT];
-  load_weights(wv, p.w, lane, tpr, nvec);
-#pragma unroll 1
-  for (int64_t row = static_cast<int64_t>(cta_index) * rpc + group; row < p.rows; row += int64_t(grid_ctas) * rpc) {
-    const T* g = static_cast<const T*>(p.g) + row * p.g_stride;
-    const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
-    const T* gr = RES ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
-    T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
-    const float rstd = p.rstd[row];
-    uint4 gv[VPT], xv[VPT], rv[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = lane + k * tpr;
-      const bool ok = kExact || v < nvec;
-      gv[k] = ok ? load16(g + v * kVec) : make_uint4(0, 0, 0, 0);
-      xv[k] = ok ? load16(x + v * kVec) : make_uint4(0, 0, 0, 0);
-      if (RES) rv[k] = ok ? load16(gr + v * kVec) : make_uint4(0, 0, 0, 0);
-    }
-    float part[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      float gf[kVec], xf[kVec], wf[kVec];
-      unpack8<T, kBits>(gv[k], gf);
-      unpack8<T, kBits>(xv[k], xf);
-      wv[k].template get<kBits>(wf);
-      part[k] = gwxhat_sum(gf, wf, xf, rstd);
-    }
-    float dot = tree_sum(part);
-#pragma unroll 1
-    for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
-      float gf[kVec], xf[kVec], wf[kVec];
-      unpack8<T>(load16(g + v * kVec), gf);
-      unpack8<T>(load16(x + v * kVec), xf);
-      WVec<WT> w2;
-      w2.load(p.w, v * kVec, true);
-      w2.get(wf);
-      dot += gwxhat_sum(gf, wf, xf, rstd);
-    }
-    dot = group_sum<kSync>(dot, rg, gs);
-    const float mean = kExact ? row_mean(dot, hidden) : __fdiv_rn(dot, static_cast<float>(p.hidden));
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = lane + k * tpr;
-      if (!kExact && v >= nvec) continue;
-      float gf[kVec], xf[kVec], wf[kVec], d[kVec], prod[kVec];
-      unpack8<T, kBits>(gv[k], gf);
-      unpack8<T, kBits>(xv[k], xf);
-      if (RES) unpack8<T, kBits>(rv[k], d);
-      wv[k].template get<kBits>(wf);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float xhat = __fmul_rn(xf[j], rstd);
-        const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-        d[j] = RES ? __fadd_rn(val, d[j]) : val;
-        prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);
-      }
-      store16(dx + v * kVec, pack8<T>(d));
-      if (row_dw) store_dw8<WT>(p, v, prod);
-    }
-#pragma unroll 1
-    for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
-      float gf[kVec], xf[kVec], wf[kVec], d[kVec], prod[kVec];
-      unpack8<T>(load16(g + v * kVec), gf);
-      unpack8<T>(load16(x + v * kVec), xf);
-      WVec<WT> w2;
-      w2.load(p.w, v * kVec, true);
-      w2.get(wf);
-      if (RES) unpack8<T>(load16(gr + v * kVec), d);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float xhat = __fmul_rn(xf[j], rstd);
-        const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-        d[j] = RES ? __fadd_rn(val, d[j]) : val;
-        prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);
-      }
-      store16(dx + v * kVec, pack8<T>(d));
-      if (row_dw) store_dw8<WT>(p, v, prod);
-    }
-  }
-}
-
 // One launch: row CTAs [0, p.dx_ctas) take one row a group (chunks of one row: dx has the same
 // bits whatever the chunking), the others dw's column blocks; a one-row call has no column
 // CTAs (its row group writes dw).
 template <typename T, typename WT, bool RES, int VPT, int kTpr = 0>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_one_kernel(const BwdParams p) {
-  if (static_cast<int>(blockIdx.x) < p.dx_ctas && p.stages == 0) {
-    dx_rows_direct<T, WT, RES, VPT, kTpr>(p, blockIdx.x, p.dx_ctas);
-  } else if (static_cast<int>(blockIdx.x) < p.dx_ctas) {
+  if (static_cast<int>(blockIdx.x) < p.dx_ctas) {
     BwdParams q = p;
     q.chunks = static_cast<int>(p.rows);
     q.chunk_rows = 1;
