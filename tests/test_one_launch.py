@@ -1,4 +1,5 @@
-"""The one-launch backward (dx by rows and dw by columns in one grid, at the fewest dw chunks):
+"""The backward's alternative kernels: the one launch (dx by rows and dw by columns in one grid, at
+the fewest dw chunks) and warp chunks (narrow rows, a warp a chunk):
 the same dx and dw bits as the main kernel and its finalize, for every route, dtype and dw
 output (FP32, accumulated, w's dtype through autograd), and against the FP64 reference."""
 
@@ -118,3 +119,49 @@ def test_strided_rows_and_every_limit(H, gen):
             got = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
         for a, b in zip(got, want):
             assert torch.equal(_bits(a), _bits(b)), f"limit {limit}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("H", [64, 96, 128, 192, 256])
+@pytest.mark.parametrize("T,min_rows", [(3001, 1), (40000, 8), (65541, 8)])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                          (torch.float16, torch.float16)])
+def test_warp_chunks_have_the_row_kernels_bits(H, T, min_rows, residual, dtype, wdtype, gen):
+    """Narrow rows with a warp a dw chunk (its groups a row each; batches that end inside a
+    chunk; the hook forcing it on chunks of two rows) against one group a chunk: the same dx
+    and dw bits, dw accumulated and dx-only calls included; held to the FP64 reference."""
+    from cake_rmsnorm.tuning import warp_chunks
+    x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    g = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    gr = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+    w = make_weight(H, wdtype, "cuda", gen)
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+    if min_rows == 8:
+        assert cr.launch_plan("bwd", H, T, dtype=dtype, weight_dtype=wdtype).get("warp_chunks")
+    runs = []
+    for rows in (min_rows, 0):
+        with warp_chunks(rows):
+            dx, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=gr)
+            acc = torch.linspace(-1, 1, H, device="cuda")
+            cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=gr, dw=acc, accumulate=True)
+            dx_only, _ = cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=gr, weight_grad=False)
+        runs.append((dx, dw, acc, dx_only))
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert torch.equal(_bits(a), _bits(b)), f"output {i} moved between warp chunks and one group a chunk"
+    dx_ref, dw_ref = ref_backward(g, x, w, 1e-6)
+    if residual:
+        dx_ref = dx_ref + gr.double()
+    assert_close_unit(runs[0][0], dx_ref, "dx")
+    assert rel_l2(runs[0][1], dw_ref) <= DW_REL_L2
+
+
+def test_warp_chunks_hook_checks_its_argument():
+    from cake_rmsnorm.tuning import warp_chunks
+    with pytest.raises(ValueError):
+        with warp_chunks(-1):
+            pass
+    with pytest.raises(TypeError):
+        with warp_chunks(2.0):
+            pass

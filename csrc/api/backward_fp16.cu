@@ -4,9 +4,9 @@
 
 namespace cake {
 
-int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
+int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, const BwdLimits& lim,
                          void* stream) {
-  return launch_backward<__half>(p, w_fp32, prog, max_ctas, one_launch_limit, stream);
+  return launch_backward<__half>(p, w_fp32, prog, max_ctas, lim, stream);
 }
 
 }  // namespace cake

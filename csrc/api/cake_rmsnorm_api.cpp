@@ -219,10 +219,10 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   if (!cake::program_for_call(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, sm, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
-  const int one = cake::one_launch_limit(sm);
+  const cake::BwdLimits lim = cake::backward_limits(sm);
   const int code = a->x_dtype == CAKE_DTYPE_BF16
-                       ? cake::launch_backward_bf16(p, w32, prog, a->max_ctas, one, stream)
-                       : cake::launch_backward_fp16(p, w32, prog, a->max_ctas, one, stream);
+                       ? cake::launch_backward_bf16(p, w32, prog, a->max_ctas, lim, stream)
+                       : cake::launch_backward_fp16(p, w32, prog, a->max_ctas, lim, stream);
   return cuda_status(code);
 #else
   (void)stream;

@@ -11,11 +11,16 @@ namespace cake {
 // The forward's plan (dispatch/plan.h) takes architecture `sm`'s table.
 int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
 int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
-// The backward runs its one-launch kernel where dw has at most one_launch_limit chunks
-// (dispatch/plan.h, one_launch_fits; 0: never).
-int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
+// The backward's kernel choices beside the program (dispatch/plan.h; the architecture table's
+// or the tuning hooks'): the one launch up to one_launch_chunks dw chunks (one_launch_fits),
+// warp chunks from team_chunk_rows rows a chunk (team_fits); 0: never.
+struct BwdLimits {
+  int one_launch_chunks;
+  int team_chunk_rows;
+};
+int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, const BwdLimits& lim,
                          void* stream);
-int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
+int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, const BwdLimits& lim,
                          void* stream);
 // FP32 activations (kernels/fp32_rows.cuh; fp32_forward.cu, fp32_backward.cu): y (forward) or g (backward) and w of the given
 // cake_dtype_t codes; dx, h_new and g_residual FP32. Rows up to fp32_width_ok() wide.

@@ -10,6 +10,7 @@
 #include "../dispatch/plan.h"
 #include "../kernels/backward.cuh"
 #include "../kernels/backward_small.cuh"
+#include "../kernels/backward_team.cuh"
 #include "launch.h"
 #include "occupancy.h"
 
@@ -91,17 +92,55 @@ int launch_one(const BwdParams& p, const BwdPlan& plan, cudaStream_t s) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// The warp-chunk instance of a (tpr, VPT) (dispatch/plan.h, team_fits), or null.
+template <typename T, typename WT, bool RES, int VPT>
+BwdKernel team_kernel(int tpr) {
+  if constexpr (VPT == 2) {
+    if (tpr == 4) return rmsnorm_bwd_team_kernel<T, WT, RES, 4, 2>;
+    if (tpr == 8) return rmsnorm_bwd_team_kernel<T, WT, RES, 8, 2>;
+    if (tpr == 16) return rmsnorm_bwd_team_kernel<T, WT, RES, 16, 2>;
+  }
+  if constexpr (VPT == 3) {
+    if (tpr == 4) return rmsnorm_bwd_team_kernel<T, WT, RES, 4, 3>;
+    if (tpr == 8) return rmsnorm_bwd_team_kernel<T, WT, RES, 8, 3>;
+  }
+  return nullptr;
+}
+
+template <typename T, typename WT, bool RES, int VPT>
+int launch_team(const BwdParams& p, const BwdPlan& plan, int max_ctas, cudaStream_t s) {
+  const Program& prog = plan.program;
+  const BwdKernel kernel = team_kernel<T, WT, RES, VPT>(prog.tpr);
+  if (kernel == nullptr) return static_cast<int>(cudaErrorInvalidConfiguration);
+  const size_t smem = size_t(prog.cta / 32) * 32 * VPT * 8 * sizeof(float);  // a batch's products a warp
+  const int64_t wanted = ceil_div(p.chunks, prog.cta / 32);
+  const int64_t grid = persistent_grid(reinterpret_cast<const void*>(kernel), prog.cta, smem, 0, wanted, max_ctas);
+  BwdParams q = p;
+  q.tpr = prog.tpr;
+  kernel<<<static_cast<unsigned>(grid), prog.cta, smem, s>>>(q);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
+  return launch_finalize<WT>(q, plan.finalize, s);
+}
+
 // One plan a call (dispatch/plan.h): the two device facts it needs are the SM count (the
 // finalize's shape) and the resident CTAs of the pair kernel where the program has a pair twin.
-// `one_launch_limit`: the chunk count up to which a call that wants dw runs the one launch;
-// a capped grid (max_ctas > 0) always runs the pair of kernels.
+// `lim`: the chunk count up to which a call that wants dw runs the one launch (a capped grid,
+// max_ctas > 0, runs the pair of kernels) and the chunk rows from which narrow rows run warp
+// chunks.
 template <typename T, typename WT, bool RES, int VPT>
-int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, int one_launch_limit,
+int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, const BwdLimits& lim,
                            cudaStream_t s) {
-  const int limit = p.dw != nullptr && max_ctas == 0 ? one_launch_limit : 0;
+  const int limit = p.dw != nullptr && max_ctas == 0 ? lim.one_launch_chunks : 0;
   if (one_launch_fits(p.rows, p.chunks, limit))
     return launch_one<T, WT, RES, VPT>(
         p, plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem, 0, 0, limit), s);
+  if (team_fits(table_prog, p.hidden, p.chunk_rows, lim.team_chunk_rows))
+    return launch_team<T, WT, RES, VPT>(p,
+                                        plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows,
+                                                      p.chunk_rem, p.dw != nullptr ? resident_sms() : 0, 0, 0,
+                                                      lim.team_chunk_rows),
+                                        max_ctas, s);
   Program twin = table_prog;
   int64_t pair_resident = 0;
   if (pair_candidate(table_prog, p.chunk_rows, p.chunk_rem, &twin)) {
@@ -132,11 +171,11 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
 // translation unit a (dtype, VPT); a unit that includes this header without CAKE_INSTANCE_UNIT
 // only declares them.
 #define CAKE_BWD_INSTANCES(KW, T, VPT)                                                                      \
-  KW template int launch_backward_kernel<T, T, false, VPT>(const BwdParams&, const Program&, int, int, cudaStream_t); \
-  KW template int launch_backward_kernel<T, T, true, VPT>(const BwdParams&, const Program&, int, int, cudaStream_t);  \
-  KW template int launch_backward_kernel<T, float, false, VPT>(const BwdParams&, const Program&, int, int,       \
-                                                               cudaStream_t);                                   \
-  KW template int launch_backward_kernel<T, float, true, VPT>(const BwdParams&, const Program&, int, int, cudaStream_t);
+  KW template int launch_backward_kernel<T, T, false, VPT>(const BwdParams&, const Program&, int, const BwdLimits&, cudaStream_t); \
+  KW template int launch_backward_kernel<T, T, true, VPT>(const BwdParams&, const Program&, int, const BwdLimits&, cudaStream_t);  \
+  KW template int launch_backward_kernel<T, float, false, VPT>(const BwdParams&, const Program&, int,            \
+                                                               const BwdLimits&, cudaStream_t);                 \
+  KW template int launch_backward_kernel<T, float, true, VPT>(const BwdParams&, const Program&, int, const BwdLimits&, cudaStream_t);
 #define CAKE_BWD_INSTANCES_ALL_VPT(KW, T) \
   CAKE_BWD_INSTANCES(KW, T, 1)            \
   CAKE_BWD_INSTANCES(KW, T, 2)            \
@@ -148,22 +187,21 @@ CAKE_BWD_INSTANCES_ALL_VPT(extern, __half)
 #endif
 
 template <typename T, typename WT, bool RES>
-int launch_backward_vpt(const BwdParams& p, const Program& prog, int max_ctas, int one_launch_limit, cudaStream_t s) {
+int launch_backward_vpt(const BwdParams& p, const Program& prog, int max_ctas, const BwdLimits& lim, cudaStream_t s) {
   switch (prog.vpt) {
-    case 1: return launch_backward_kernel<T, WT, RES, 1>(p, prog, max_ctas, one_launch_limit, s);
-    case 2: return launch_backward_kernel<T, WT, RES, 2>(p, prog, max_ctas, one_launch_limit, s);
-    case 3: return launch_backward_kernel<T, WT, RES, 3>(p, prog, max_ctas, one_launch_limit, s);
-    case 4: return launch_backward_kernel<T, WT, RES, 4>(p, prog, max_ctas, one_launch_limit, s);
+    case 1: return launch_backward_kernel<T, WT, RES, 1>(p, prog, max_ctas, lim, s);
+    case 2: return launch_backward_kernel<T, WT, RES, 2>(p, prog, max_ctas, lim, s);
+    case 3: return launch_backward_kernel<T, WT, RES, 3>(p, prog, max_ctas, lim, s);
+    case 4: return launch_backward_kernel<T, WT, RES, 4>(p, prog, max_ctas, lim, s);
     default: return static_cast<int>(cudaErrorInvalidConfiguration);
   }
 }
 
 template <typename T>
-int launch_backward(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, int one_launch_limit,
+int launch_backward(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, const BwdLimits& lim,
                     void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool res = p.gr != nullptr;
-  const int lim = one_launch_limit;
   if (w_fp32) {
     return res ? launch_backward_vpt<T, float, true>(p, prog, max_ctas, lim, s)
                : launch_backward_vpt<T, float, false>(p, prog, max_ctas, lim, s);

@@ -96,8 +96,9 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
     out->dw_ctas = one.dw_ctas;
     return 0;
   }
-  const cake::BwdPlan b = cake::plan_backward(table, h, rows, c, q, rem, sms, 0);
+  const cake::BwdPlan b = cake::plan_backward(table, h, rows, c, q, rem, sms, 0, 0, cake::arch_table(sm).bwd_team_chunk_rows);
   cake::program_name(b.program, out->program, sizeof(out->program));
+  out->warp_chunks = b.team;
   out->exact = b.exact;
   out->w_load = -1;
   out->pair_min_resident = has_twin ? static_cast<int>(2 * cake::ceil_div(c, twin.cta / twin.tpr / 2)) : 0;

@@ -12,6 +12,7 @@ thread_local bool g_exact_groups = true;
 // Process-wide, unlike the two above: autograd runs backward calls on its own device
 // threads, and the hook must reach those too. -1: the architecture table's limit.
 std::atomic<int> g_one_launch{-1};
+std::atomic<int> g_warp_chunks{-1};
 
 }  // namespace
 
@@ -25,9 +26,10 @@ bool program_for_call(Route route, int64_t hidden, int64_t rows, int sm, Program
   return o.tpr == 0 || program_valid(o, backward, has_residual(route));
 }
 
-int one_launch_limit(int sm) {
-  const int o = g_one_launch.load(std::memory_order_relaxed);
-  return o >= 0 ? o : arch_table(sm).bwd_one_launch_chunks;
+BwdLimits backward_limits(int sm) {
+  const ArchTable& t = arch_table(sm);
+  const int o = g_one_launch.load(std::memory_order_relaxed), w = g_warp_chunks.load(std::memory_order_relaxed);
+  return BwdLimits{o >= 0 ? o : t.bwd_one_launch_chunks, w >= 0 ? w : t.bwd_team_chunk_rows};
 }
 
 }  // namespace cake
@@ -51,6 +53,12 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
 cake_status_t cake_rmsnorm_set_exact_groups(int enabled) {
   if (enabled != 0 && enabled != 1) return CAKE_ERR_INVALID_ARGUMENT;
   g_exact_groups = enabled == 1;
+  return CAKE_OK;
+}
+
+cake_status_t cake_rmsnorm_set_warp_chunks(int min_chunk_rows) {
+  if (min_chunk_rows < -1) return CAKE_ERR_INVALID_ARGUMENT;
+  g_warp_chunks = min_chunk_rows;
   return CAKE_OK;
 }
 

@@ -1,11 +1,13 @@
-// The tuning hooks' state (this thread's program override, exact-group switch and one-launch
-// limit, set through cake_rmsnorm_set_program_override / _set_exact_groups / _set_one_launch) and the one place a call's
+// The tuning hooks' state (this thread's program override and exact-group switch, the
+// process's one-launch and warp-chunk bounds: cake_rmsnorm_set_program_override,
+// _set_exact_groups, _set_one_launch, _set_warp_chunks) and the one place a call's
 // program is resolved: the dispatch tables' choice, or the override. CUDA-free.
 #pragma once
 
 #include <stdint.h>
 
 #include "../dispatch/windows.h"
+#include "launch.h"
 
 namespace cake {
 
@@ -13,8 +15,8 @@ namespace cake {
 // thread's tuning applied; false if an override cannot run the route (its ring too large).
 bool program_for_call(Route route, int64_t hidden, int64_t rows, int sm, Program* out);
 
-// The dw chunk count up to which the backward calls on architecture `sm` run the
-// one-launch kernel (dispatch/plan.h, one_launch_fits): the table's, or the tuning hook's.
-int one_launch_limit(int sm);
+// The backward's kernel choices on architecture `sm` (api/launch.h, BwdLimits): the table's,
+// or the tuning hooks'.
+BwdLimits backward_limits(int sm);
 
 }  // namespace cake

@@ -122,6 +122,17 @@ constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden, int64_t ro
   return rows == 1 ? 0 : ceil_div(hidden / 8, int64_t(prog.cta / 32) * kDwColVecs);
 }
 
+// Warp chunks (kernels/backward_team.cuh): for the narrow programs whose groups cover a row
+// exactly (params.h, team_instance), where a chunk holds at least ArchTable::bwd_team_chunk_rows rows,
+// a warp takes each chunk, its 32 / tpr groups a row each, instead of one group a chunk; the
+// same dx and dw bits.
+constexpr bool team_fits(const Program& prog, int hidden, int64_t chunk_rows, int min_chunk_rows) {
+  return min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && team_instance(prog.tpr, prog.vpt) &&
+         hidden == prog.tpr * prog.vpt * 8;
+}
+// Its CTA: 8 warps (the row kernel's 256-thread cap).
+constexpr int kTeamCta = 256;
+
 struct BwdPlan {
   Program program;  // the table's, or its pair twin (one launch: the table's with a one-row ring)
   bool pair;
@@ -129,19 +140,26 @@ struct BwdPlan {
   FinalizeShape finalize;  // unused by the one launch
   bool one_launch;
   int64_t dx_ctas, dw_ctas;  // the one launch's grid: row CTAs, then column CTAs
+  bool team;                 // warp chunks (the program's tpr and VPT, kTeamCta threads)
 };
 // `pair_resident`: the resident CTAs of the pair kernel for the candidate (pair_candidate),
 // 0 when there is none or the query failed. `one_launch_limit`: the chunk count up to which
 // the one launch runs (0 where dw is not wanted).
 constexpr BwdPlan plan_backward(const Program& table, int hidden, int64_t rows, int chunks, int64_t chunk_rows,
-                                int chunk_rem, int64_t sms, int64_t pair_resident, int one_launch_limit = 0) {
-  BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms), false, 0, 0};
+                                int chunk_rem, int64_t sms, int64_t pair_resident, int one_launch_limit = 0,
+                                int team_chunk_rows = 0) {
+  BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms), false, 0, 0, false};
   if (one_launch_fits(rows, chunks, one_launch_limit)) {
     b.program.stages = 1;  // a group's one row: nothing to prefetch
     b.exact = backward_exact(b.program, hidden, false);
     b.one_launch = true;
     b.dx_ctas = one_launch_dx_ctas(b.program, rows);
     b.dw_ctas = one_launch_dw_ctas(b.program, hidden, rows);
+    return b;
+  }
+  if (team_fits(table, hidden, chunk_rows, team_chunk_rows)) {
+    b.team = true;
+    b.program.cta = kTeamCta;
     return b;
   }
   Program q = table;

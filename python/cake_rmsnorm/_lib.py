@@ -46,7 +46,7 @@ class _Plan(ctypes.Structure):
                 ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
                 ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
                 ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int), ("one_launch", ctypes.c_int),
-                ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64)]
+                ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64), ("warp_chunks", ctypes.c_int)]
 
 
 _c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
@@ -59,6 +59,8 @@ _c.cake_rmsnorm_set_exact_groups.restype = ctypes.c_int
 _c.cake_rmsnorm_set_exact_groups.argtypes = [ctypes.c_int]
 _c.cake_rmsnorm_set_one_launch.restype = ctypes.c_int
 _c.cake_rmsnorm_set_one_launch.argtypes = [ctypes.c_int]
+_c.cake_rmsnorm_set_warp_chunks.restype = ctypes.c_int
+_c.cake_rmsnorm_set_warp_chunks.argtypes = [ctypes.c_int]
 
 _c.cake_rmsnorm_shipped_archs.restype = ctypes.c_int
 _c.cake_rmsnorm_shipped_archs.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
@@ -87,6 +89,10 @@ def set_exact_groups(enabled: bool) -> int:
 
 def set_one_launch(max_chunks: int) -> int:
     return int(_c.cake_rmsnorm_set_one_launch(max_chunks))
+
+
+def set_warp_chunks(min_chunk_rows: int) -> int:
+    return int(_c.cake_rmsnorm_set_warp_chunks(min_chunk_rows))
 
 
 def workspace_bytes(rows: int, hidden: int) -> int:
@@ -132,6 +138,8 @@ def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_c
         d.update(chunks=out.chunks, one_launch={"dx_ctas": out.dx_ctas, "dw_ctas": out.dw_ctas})
     else:
         d.update(chunks=out.chunks, finalize=(out.finalize_cols, out.finalize_lanes))
+        if out.warp_chunks:  # a warp a chunk, the program's groups a row each
+            d["warp_chunks"] = True
         if out.pair_cta:
             d["pairs"] = {"cta": out.pair_cta, "when_resident_ctas_at_least": out.pair_min_resident}
     return d

@@ -5,9 +5,9 @@ on T, which an override can break."""
 
 import contextlib
 
-from ._lib import set_exact_groups, set_one_launch, set_program_override
+from ._lib import set_exact_groups, set_one_launch, set_program_override, set_warp_chunks
 
-__all__ = ["program_override", "exact_groups", "one_launch", "FORWARD", "BACKWARD"]
+__all__ = ["program_override", "exact_groups", "one_launch", "warp_chunks", "FORWARD", "BACKWARD"]
 
 FORWARD, BACKWARD = 0, 1
 
@@ -62,3 +62,19 @@ def one_launch(max_chunks: int):
         yield
     finally:
         set_one_launch(-1)
+
+
+@contextlib.contextmanager
+def warp_chunks(min_chunk_rows: int):
+    """``with warp_chunks(0):`` the CUDA backward calls in the block (every thread's) give each
+    dw chunk to one row group at every T; ``warp_chunks(n)`` gives each chunk a warp (its groups
+    a row each) for the narrow programs that have that kernel (H 64, 96, 128, 192, 256) where a
+    chunk holds at least n rows. The same bits either way; for A/B measurements and tests."""
+    if isinstance(min_chunk_rows, bool) or not isinstance(min_chunk_rows, int):
+        raise TypeError(f"min_chunk_rows must be an int, got {type(min_chunk_rows).__name__}")
+    if min_chunk_rows < 0 or set_warp_chunks(min_chunk_rows) != 0:
+        raise ValueError(f"min_chunk_rows must be >= 0, got {min_chunk_rows}")
+    try:
+        yield
+    finally:
+        set_warp_chunks(-1)

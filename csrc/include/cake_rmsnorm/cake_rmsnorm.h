@@ -145,6 +145,8 @@ typedef struct {
                             finalize; the table's limit, with max_ctas 0 and dw wanted) */
   int64_t dx_ctas;       /* backward, one launch: CTAs computing dx by rows */
   int64_t dw_ctas;       /* backward, one launch: CTAs summing dw by columns */
+  int warp_chunks;       /* backward: 1 where a warp takes each dw chunk, its row groups a row
+                            each (narrow rows, chunks of many rows); the program's groups */
 } cake_rmsnorm_plan;
 
 CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
@@ -190,6 +192,13 @@ CAKE_API cake_status_t cake_rmsnorm_set_exact_groups(int enabled);
  * above; 0 never runs it, -1 (the default) restores the architecture table's limit. At most
  * 1023. The outputs' bits are the same either way. */
 CAKE_API cake_status_t cake_rmsnorm_set_one_launch(int max_chunks);
+
+/* Tuning hook (A/B measurements and tests), process-wide: narrow rows whose row group covers
+ * them exactly with groups of 4-16 threads (H 64, 96, 128, 192, 256 on the tables) run warp
+ * chunks (a warp a dw chunk, its groups a row each) where a chunk holds at least
+ * min_chunk_rows rows; 0 never, -1 (the default) restores the architecture table's bound.
+ * The outputs' bits are the same either way. */
+CAKE_API cake_status_t cake_rmsnorm_set_warp_chunks(int min_chunk_rows);
 
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */
