@@ -95,14 +95,9 @@ int launch_one(const BwdParams& p, const BwdPlan& plan, cudaStream_t s) {
 // The warp-chunk instance of a (tpr, VPT) (dispatch/plan.h, team_fits), or null.
 template <typename T, typename WT, bool RES, int VPT>
 BwdKernel team_kernel(int tpr) {
-  if constexpr (VPT == 2) {
-    if (tpr == 4) return rmsnorm_bwd_team_kernel<T, WT, RES, 4, 2>;
-    if (tpr == 8) return rmsnorm_bwd_team_kernel<T, WT, RES, 8, 2>;
-    if (tpr == 16) return rmsnorm_bwd_team_kernel<T, WT, RES, 16, 2>;
-  }
-  if constexpr (VPT == 3) {
-    if (tpr == 4) return rmsnorm_bwd_team_kernel<T, WT, RES, 4, 3>;
-    if (tpr == 8) return rmsnorm_bwd_team_kernel<T, WT, RES, 8, 3>;
+  if constexpr (VPT == 2 || VPT == 3) {
+    if (tpr == 4) return rmsnorm_bwd_team_kernel<T, WT, RES, 4, VPT>;
+    if (tpr == 8) return rmsnorm_bwd_team_kernel<T, WT, RES, 8, VPT>;
   }
   return nullptr;
 }

@@ -73,10 +73,10 @@ struct FwdParams {
 constexpr int kDwColVecs = 1;
 
 // The warp-chunk backward's compiled shapes (backward_team.cuh): exact covers of the tables'
-// narrow programs, H 64 (t4 v2), 96 (t4 v3), 128 (t8 v2), 192 (t8 v3), 256 (t16 v2).
-CAKE_HD constexpr bool team_instance(int tpr, int vpt) {
-  return (vpt == 2 && (tpr == 4 || tpr == 8 || tpr == 16)) || (vpt == 3 && (tpr == 4 || tpr == 8));
-}
+// narrow programs, H 64 (t4 v2), 96 (t4 v3), 128 (t8 v2), 192 (t8 v3). Not H 256 (t16 v2: two
+// groups a warp), where it measured 0.98-1.03x of one group a chunk
+// (docs/perf/runs/h200-warp-chunks-ab.json).
+CAKE_HD constexpr bool team_instance(int tpr, int vpt) { return (vpt == 2 || vpt == 3) && (tpr == 4 || tpr == 8); }
 
 struct BwdParams {
   const void* g;

@@ -68,7 +68,7 @@ def one_launch(max_chunks: int):
 def warp_chunks(min_chunk_rows: int):
     """``with warp_chunks(0):`` the CUDA backward calls in the block (every thread's) give each
     dw chunk to one row group at every T; ``warp_chunks(n)`` gives each chunk a warp (its groups
-    a row each) for the narrow programs that have that kernel (H 64, 96, 128, 192, 256) where a
+    a row each) for the narrow programs that have that kernel (H 64, 96, 128, 192) where a
     chunk holds at least n rows. The same bits either way; for A/B measurements and tests."""
     if isinstance(min_chunk_rows, bool) or not isinstance(min_chunk_rows, int):
         raise TypeError(f"min_chunk_rows must be an int, got {type(min_chunk_rows).__name__}")

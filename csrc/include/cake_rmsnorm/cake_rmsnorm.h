@@ -194,7 +194,7 @@ CAKE_API cake_status_t cake_rmsnorm_set_exact_groups(int enabled);
 CAKE_API cake_status_t cake_rmsnorm_set_one_launch(int max_chunks);
 
 /* Tuning hook (A/B measurements and tests), process-wide: narrow rows whose row group covers
- * them exactly with groups of 4-16 threads (H 64, 96, 128, 192, 256 on the tables) run warp
+ * them exactly with groups of 4 or 8 threads (H 64, 96, 128 and 192 on the tables) run warp
  * chunks (a warp a dw chunk, its groups a row each) where a chunk holds at least
  * min_chunk_rows rows; 0 never, -1 (the default) restores the architecture table's bound.
  * The outputs' bits are the same either way. */
