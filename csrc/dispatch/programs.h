@@ -86,8 +86,10 @@ struct ArchTable {
   int64_t stream_widened_elems;  // ... from this many with CTAs widened for narrow rows
   int64_t stream_min_cta_bytes;  // a streaming CTA reads at least this much in the large window
   int64_t fp32_w_late_elems;     // an FP32 w loaded after the sum from this many elements (plan.h)
-  int bwd_one_launch_chunks;     // the backward runs one launch up to this many dw chunks (plan.h)
+  int bwd_one_launch_chunks;     // the backward runs one launch up to this many dw chunks (plan.h;
+                                 // dispatch.md#one-launch)
   int bwd_team_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
+                                 // (dispatch.md#warp-chunks)
 };
 constexpr ArchTable kSm90{90, true, 5, 4, 3, 8, 128, 256, 2, 8, 128, 2,
                           512, int64_t(1) << 22, int64_t(1) << 24, int64_t(1) << 25, 16384, int64_t(1) << 26,
