@@ -38,6 +38,22 @@ def test_plan_names_the_one_launch():
     assert p["one_launch"]["dx_ctas"] >= 1 and p["one_launch"]["dw_ctas"] >= 1
     q = cr.launch_plan("bwd", 4096, 4096, sm=90, sms=132)
     assert "one_launch" not in q and "finalize" in q
+    assert "one_launch" in cr.launch_plan("bwd", 512, 128, sm=90, sms=132)  # 64 chunks: the bound
+    assert "one_launch" not in cr.launch_plan("bwd", 512, 129, sm=90, sms=132)
+    assert cr.launch_plan("bwd", 6144, 1, sm=90, sms=132)["one_launch"]["dw_ctas"] == 0  # one row: its group's dw
+    # FP32 activations have no one launch.
+    assert "one_launch" not in cr.launch_plan("bwd", 4096, 16, dtype=torch.float32, sm=90, sms=132)
+
+
+def test_plan_names_warp_chunks():
+    """Narrow exact-cover programs from 8 rows a chunk (4096 chunks: T 32768); not H 256, not
+    a width without the instance (H 160), not 4 rows a chunk."""
+    for H in (64, 96, 128, 192):
+        assert cr.launch_plan("bwd", H, 32768, sm=90, sms=132).get("warp_chunks"), H
+        assert cr.launch_plan("bwd_residual", H, 1 << 20, sm=90, sms=132).get("warp_chunks"), H
+        assert not cr.launch_plan("bwd", H, 16384, sm=90, sms=132).get("warp_chunks"), H
+    for H in (160, 256, 512):
+        assert not cr.launch_plan("bwd", H, 1 << 20, sm=90, sms=132).get("warp_chunks"), H
 
 
 SHAPES = [(64, 1), (256, 3), (512, 1), (512, 2), (512, 16), (512, 64), (768, 33), (1000, 7), (1536, 64), (2048, 16),

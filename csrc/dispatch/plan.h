@@ -126,8 +126,10 @@ constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden, int64_t ro
 // exactly (params.h, team_instance), where a chunk holds at least ArchTable::bwd_team_chunk_rows rows,
 // a warp takes each chunk, its 32 / tpr groups a row each, instead of one group a chunk; the
 // same dx and dw bits.
+// The kernel is a compile-time width's, so the exact-groups hook's runtime-width runs
+// (Program::exact false) keep the row kernel.
 constexpr bool team_fits(const Program& prog, int hidden, int64_t chunk_rows, int min_chunk_rows) {
-  return min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && team_instance(prog.tpr, prog.vpt) &&
+  return prog.exact && min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && team_instance(prog.tpr, prog.vpt) &&
          hidden == prog.tpr * prog.vpt * 8;
 }
 // Its CTA: 8 warps (the row kernel's 256-thread cap).
