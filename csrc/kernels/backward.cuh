@@ -100,11 +100,6 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 // the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
 // writes dw: the chunk's partial and the finalize's sum of one product g * xhat are that
 // product plus +0 (a -0 becomes +0), exactly.
-// A very wide row's rest: vectors loaded at once beside the compensated sums (2: 4 held as
-// many registers again and spilled more), and rows at once in dw's column sweep after them.
-constexpr int kRestBatch = 2;
-constexpr int kSweepRows = 8;
-
 template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   constexpr bool kExact = kTpr > 0;
@@ -196,28 +191,15 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
       float dot = tree_sum(part);
-      // The rest of a very wide row, kRestBatch vectors' loads in flight before their adds in
-      // order (one at a time, each waited for its own round trip).
 #pragma unroll 1
-      for (int v0 = lane + VPT * tpr; !kExact && v0 < nvec; v0 += kRestBatch * tpr) {
-        uint4 gb[kRestBatch], xb[kRestBatch];
-        WVec<WT> wb[kRestBatch];
-#pragma unroll
-        for (int u = 0; u < kRestBatch; ++u) {
-          const int v = v0 + u * tpr < nvec ? v0 + u * tpr : v0;
-          gb[u] = load16(g + v * kVec);
-          xb[u] = load16(x + v * kVec);
-          wb[u].load(p.w, v * kVec, true);
-        }
-#pragma unroll
-        for (int u = 0; u < kRestBatch; ++u) {
-          if (v0 + u * tpr >= nvec) break;
-          float gf[kVec], xf[kVec], wf[kVec];
-          unpack8<T>(gb[u], gf);
-          unpack8<T>(xb[u], xf);
-          wb[u].get_here(wf);
-          dot += gwxhat_sum(gf, wf, xf, rstd);
-        }
+      for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
+        float gf[kVec], xf[kVec], wf[kVec];
+        unpack8<T>(load16(g + v * kVec), gf);
+        unpack8<T>(load16(x + v * kVec), xf);
+        WVec<WT> w2;
+        w2.load(p.w, v * kVec, true);
+        w2.get_here(wf);
+        dot += gwxhat_sum(gf, wf, xf, rstd);
       }
       dot = group_sum<kSync>(dot, rg, gs);
       const float mean = kExact ? row_mean(dot, hidden) : __fdiv_rn(dot, static_cast<float>(p.hidden));
@@ -313,28 +295,14 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
       float a[kVec], e[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;
-      // kSweepRows rows' loads in flight, then their adds in row order. PAIR: the low group
-      // sweeps both rows.
 #pragma unroll 1
-      for (int64_t row0 = cbegin; row0 < cend; row0 += kSweepRows) {
-        uint4 gb[kSweepRows], xb[kSweepRows];
-        float rb[kSweepRows];
+      for (int64_t row = cbegin; row < cend; ++row) {  // PAIR: the low group sweeps both rows
+        float gf[kVec], xf[kVec];
+        const float rstd = p.rstd[row];
+        unpack8<T>(load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec), gf);
+        unpack8<T>(load16(static_cast<const T*>(p.x) + row * p.x_stride + v * kVec), xf);
 #pragma unroll
-        for (int u = 0; u < kSweepRows; ++u) {
-          const int64_t row = row0 + u < cend ? row0 + u : row0;
-          rb[u] = p.rstd[row];
-          gb[u] = load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec);
-          xb[u] = load16(static_cast<const T*>(p.x) + row * p.x_stride + v * kVec);
-        }
-#pragma unroll
-        for (int u = 0; u < kSweepRows; ++u) {
-          if (row0 + u >= cend) break;
-          float gf[kVec], xf[kVec];
-          unpack8<T>(gb[u], gf);
-          unpack8<T>(xb[u], xf);
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) kahan_add(a[j], e[j], __fmul_rn(gf[j], __fmul_rn(xf[j], rb[u])));
-        }
+        for (int j = 0; j < kVec; ++j) kahan_add(a[j], e[j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
       }
 #pragma unroll
       for (int j = 0; j < kVec; ++j) part[v * kVec + j] = __fsub_rn(a[j], e[j]);
