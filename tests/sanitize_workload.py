@@ -10,8 +10,10 @@ streaming forward's windows on both sides of the ring's (the small T of most wid
 4096 and up; the residual route's large window at H 256 and 512; VPT 6 from 2^24 elements,
 with each place the kernel loads w; the plain route's wider small-T group at its edge; four
 rows a streaming group at H 256, 512 and 1024; forward only); row pairs (chunks of two rows:
-T = 3 and 129 at widths of 32-thread groups and up, where the pair grid fits in half the
-resident CTAs); the exact narrow groups of both directions."""
+T = 129 at widths of 32-thread groups and up, where the pair grid fits in half the resident
+CTAs); the exact narrow groups of both directions; the backward's one launch (T <= 128: dx by
+rows, dw by columns; one row: no column CTAs) and warp chunks (H 64, 96, 128, 192 from 8 rows
+a chunk)."""
 
 import torch
 
@@ -91,13 +93,27 @@ def main():
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)
         run(T, H, torch.float16, torch.float16, False, backward=False)
-    # The backward's exact groups (H 256 t16 v2 above; H 512 t32 v2, H 768 t32 v3): row pairs
-    # at T 3 and 129 (immediate pair barriers), whole chunks at 4097, both routes and weights.
+    # The backward's exact groups (H 256 t16 v2 above; H 512 t32 v2, H 768 t32 v3): the one
+    # launch at T 3, row pairs at T 129 (immediate pair barriers), whole chunks at 4097, both
+    # routes and weights.
     for H in (512, 768):
         for T in (3, 129, 4097):
             for residual in (False, True):
                 run(T, H, torch.bfloat16, torch.bfloat16, residual)
         run(129, H, torch.float16, torch.float32, True)
+    # The one launch (up to 64 chunks of at most two rows) at its bound and one row, runtime and
+    # exact groups, rows wider than their group's vectors, both weights and FP16.
+    for H in (64, 512, 1000, 4096, 16384, 40960):
+        for T in (1, 2, 64, 128):
+            for residual in (False, True):
+                run(T, H, torch.bfloat16, torch.bfloat16, residual)
+            run(T, H, torch.float16, torch.float32, False)
+    # Warp chunks: the narrow exact covers from 8 rows a chunk (4096 chunks: T 32768), a last
+    # batch ending inside a chunk (T 40003), both routes and weights.
+    for H in (64, 96, 128, 192):
+        for T in (32768, 40003):
+            run(T, H, torch.bfloat16, torch.bfloat16, T == 40003)
+        run(40003, H, torch.float16, torch.float32, False)
     print("sanitize workload done")
 
 
