@@ -126,9 +126,10 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
         ``w_load``; the backward adds ``chunks`` (dw partials) and either ``one_launch``
         (``dx_ctas`` and ``dw_ctas``: at the fewest chunks dx by rows and dw by columns run in
         one grid, with no partials and no finalize) or ``finalize`` (columns a CTA, lanes a
-        column) and, where the program has a row-pair twin, ``pairs``: its CTA and the
-        resident CTAs of the pair kernel from which it runs (a device fact the launcher
-        queries). 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
+        column), ``warp_chunks`` (True where narrow rows give each dw chunk a warp, the
+        program's groups a row each) and, where the program has a row-pair twin, ``pairs``: its
+        CTA and the resident CTAs of the pair kernel from which it runs (a device fact the
+        launcher queries). 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
         streaming group takes several rows); FP32 ones
         ``fp32_t{threads a row}x{rows a CTA}_v{float4 vectors a thread}_s{backward ring rows}``.
     """
