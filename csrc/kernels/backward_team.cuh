@@ -1,7 +1,7 @@
 // The backward for narrow rows at large T: a warp takes a dw chunk and its 32 / kTpr row groups
 // one row each of every batch of consecutive rows, where the row kernel gives a chunk to one
-// group. The chunk count is part of dw's bit contract (4096 at most), so with groups of 4-16
-// threads the row kernel ran 16K-64K threads on the whole GPU, latency-bound; here every chunk
+// group. The chunk count is part of dw's bit contract (4096 at most), so with groups of 4 or
+// 8 threads the row kernel ran 16K-32K threads on the whole GPU, latency-bound; here every chunk
 // has a warp. dx is the row kernel's arithmetic for the same (tpr, VPT), so the same bits; the
 // batch's dw products go through the warp's slice of shared memory and each lane adds its
 // H / 32 columns' products row by row in order, Kahan-compensated and rounded as the row
