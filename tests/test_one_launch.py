@@ -16,6 +16,25 @@ def _bits(t):
     return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
 
 
+def _inputs(T, H, dtype, wdtype, residual, gen):
+    """x, g, g_residual (None without the residual route), w and the forward's rstd."""
+    x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    g = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
+    gr = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
+    w = make_weight(H, wdtype, "cuda", gen)
+    _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+    return x, g, gr, w, rstd
+
+
+def _check_reference(dx, dw, g, x, w, gr):
+    """dx (g_residual added) and dw against the FP64 reference."""
+    dx_ref, dw_ref = ref_backward(g, x, w, 1e-6)
+    if gr is not None:
+        dx_ref = dx_ref + gr.double()
+    assert_close_unit(dx, dx_ref, "dx")
+    assert rel_l2(dw, dw_ref) <= DW_REL_L2
+
+
 @pytest.mark.parametrize("bad", [-2, 1024, 5000])
 def test_hook_refuses_out_of_range(bad):
     with pytest.raises(ValueError):
@@ -67,11 +86,7 @@ SHAPES = [(64, 1), (256, 3), (512, 1), (512, 2), (512, 16), (512, 64), (768, 33)
 @pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
                                           (torch.float16, torch.float16)])
 def test_one_launch_has_the_pair_of_kernels_bits(H, T, residual, dtype, wdtype, gen):
-    x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
-    g = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
-    gr = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
-    w = make_weight(H, wdtype, "cuda", gen)
-    _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+    x, g, gr, w, rstd = _inputs(T, H, dtype, wdtype, residual, gen)
     assert "one_launch" in cr.launch_plan("bwd", H, T, dtype=dtype, weight_dtype=wdtype)
     runs = []
     for limit in (1023, 0):
@@ -82,11 +97,7 @@ def test_one_launch_has_the_pair_of_kernels_bits(H, T, residual, dtype, wdtype, 
         runs.append((dx, dw, acc))
     for i, (a, b) in enumerate(zip(*runs)):
         assert torch.equal(_bits(a), _bits(b)), f"output {i} moved between one launch and the pair"
-    dx_ref, dw_ref = ref_backward(g, x, w, 1e-6)
-    if residual:
-        dx_ref = dx_ref + gr.double()
-    assert_close_unit(runs[0][0], dx_ref, "dx")
-    assert rel_l2(runs[0][1], dw_ref) <= DW_REL_L2
+    _check_reference(runs[0][0], runs[0][1], g, x, w, gr)
 
 
 @pytest.mark.gpu
@@ -149,11 +160,7 @@ def test_warp_chunks_have_the_row_kernels_bits(H, T, min_rows, residual, dtype, 
     chunk; the hook forcing it on chunks of two rows) against one group a chunk: the same dx
     and dw bits, dw accumulated and dx-only calls included; held to the FP64 reference."""
     from cake_rmsnorm.tuning import warp_chunks
-    x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
-    g = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
-    gr = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
-    w = make_weight(H, wdtype, "cuda", gen)
-    _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+    x, g, gr, w, rstd = _inputs(T, H, dtype, wdtype, residual, gen)
     if min_rows == 8:
         assert cr.launch_plan("bwd", H, T, dtype=dtype, weight_dtype=wdtype).get("warp_chunks")
     runs = []
@@ -166,11 +173,7 @@ def test_warp_chunks_have_the_row_kernels_bits(H, T, min_rows, residual, dtype, 
         runs.append((dx, dw, acc, dx_only))
     for i, (a, b) in enumerate(zip(*runs)):
         assert torch.equal(_bits(a), _bits(b)), f"output {i} moved between warp chunks and one group a chunk"
-    dx_ref, dw_ref = ref_backward(g, x, w, 1e-6)
-    if residual:
-        dx_ref = dx_ref + gr.double()
-    assert_close_unit(runs[0][0], dx_ref, "dx")
-    assert rel_l2(runs[0][1], dw_ref) <= DW_REL_L2
+    _check_reference(runs[0][0], runs[0][1], g, x, w, gr)
 
 
 def test_warp_chunks_hook_checks_its_argument():

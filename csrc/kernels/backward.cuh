@@ -35,6 +35,24 @@ __device__ __forceinline__ float gwxhat_sum(const float (&g)[kVec], const float 
 __device__ __forceinline__ float dx_value(float g, float w, float xhat, float mean, float rstd) {
   return __fmul_rn(rstd, __fmaf_rn(-mean, xhat, __fmul_rn(g, w)));
 }
+// One vector's dx (RES: d holds g_residual's on entry, added in) and dw products g * xhat.
+template <bool RES>
+__device__ __forceinline__ void dx_and_products(const float (&g)[kVec], const float (&w)[kVec], const float (&x)[kVec],
+                                                float rstd, float mean, float (&d)[kVec], float (&prod)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float xhat = __fmul_rn(x[j], rstd);
+    const float val = dx_value(g[j], w[j], xhat, mean, rstd);
+    d[j] = RES ? __fadd_rn(val, d[j]) : val;
+    prod[j] = __fmul_rn(g[j], xhat);
+  }
+}
+// A one-row call's dw (the one launch): the chunk's partial and the finalize's sum of one
+// product are that product plus +0 (a -0 becomes +0), exactly.
+__device__ __forceinline__ void one_row_dw(float (&prod)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) prod[j] = __fadd_rn(prod[j], 0.f);
+}
 
 // The two groups of a row pair meet (PAIR below). Runtime widths: named barrier `id`, a
 // register, so ptxas reserves all 16 of the CTA's barriers (reduce.cuh says what that costs).
@@ -98,8 +116,7 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 
 // The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
 // the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
-// writes dw: the chunk's partial and the finalize's sum of one product g * xhat are that
-// product plus +0 (a -0 becomes +0), exactly.
+// writes dw (one_row_dw).
 template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   constexpr bool kExact = kTpr > 0;
@@ -212,6 +229,8 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
         if (RES) unpack8<T, kBits>(lds16(src + (2 * VPT + k) * kstep), d);
         wv[k].template get_here<kBits>(wf);
+        // dx_and_products' arithmetic, spelled out with the Kahan add in the same loop: calling
+        // it moved this kernel's instruction order (41 instances' SASS), which was measured.
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
@@ -228,8 +247,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         if (kExact || v < nvec) {
           store16(dx + v * kVec, pack8<T>(d));
           if (!kDw && row_dw) {
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) prod[j] = __fadd_rn(prod[j], 0.f);
+            one_row_dw(prod);
             store_dw8<WT>(p, v, prod);
           }
         }
@@ -249,7 +267,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
           const float xhat = __fmul_rn(xf[j], rstd);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? __fadd_rn(val, d[j]) : val;
-          prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);
+          prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);  // one_row_dw's product: stored by a one-row call only
         }
         store16(dx + v * kVec, pack8<T>(d));
         if (!kDw && row_dw) store_dw8<WT>(p, v, prod);

@@ -89,13 +89,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_tea
         unpack8<T, kBits>(cur.x[k], xf);
         if (RES) unpack8<T, kBits>(cur.r[k], d);
         wv[k].template get_here<kBits>(wf);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          const float xhat = __fmul_rn(xf[j], rstd);
-          const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-          d[j] = RES ? __fadd_rn(val, d[j]) : val;
-          prod[j] = __fmul_rn(gf[j], xhat);
-        }
+        dx_and_products<RES>(gf, wf, xf, rstd, mean, d, prod);
         if (row < end) store16(dx + v * kVec, pack8<T>(d));
         if (want_dw) {
           float4* s4 = reinterpret_cast<float4*>(sp + slot * kH + v * kVec);
