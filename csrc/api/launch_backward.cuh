@@ -83,8 +83,7 @@ int launch_one(const BwdParams& p, const BwdPlan& plan, cudaStream_t s) {
   const Program& prog = plan.program;
   const BwdKernel kernel = one_launch_kernel<T, WT, RES, VPT>(prog, plan.exact);
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
-  if (smem > 48 * 1024)  // the opt-in limit, raised once a kernel (its cached query does it)
-    resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);
+  resident_ctas(reinterpret_cast<const void*>(kernel), prog.cta, smem);  // raises the kernel's shared-memory limit once
   BwdParams q = p;
   q.tpr = prog.tpr;
   q.stages = prog.stages;
