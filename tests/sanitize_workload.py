@@ -89,7 +89,9 @@ def main():
     # Four rows a streaming group (programs.h, multirow_streaming): the plain route past the first
     # window at H 256 (from 8193 rows), 512 and 1024 (from 4097), rows leaving the last CTA's
     # groups 1..4 rows, 16-bit and FP32 w (the latter the group's ring at VPT 4), FP16 activations.
-    for H, T in ((256, 8193), (256, 8195), (512, 4097), (512, 4099), (512, 65537), (1024, 4097), (1024, 4098)):
+    # H 64 (t4 v2) and 128 (t8 v2) from 16385 and 8193 rows.
+    for H, T in ((64, 16385), (64, 16387), (128, 8193), (128, 8196), (256, 8193), (256, 8195), (512, 4097),
+                 (512, 4099), (512, 65537), (1024, 4097), (1024, 4098)):
         for wdtype in (torch.bfloat16, torch.float32):
             run(T, H, torch.bfloat16, wdtype, False, backward=False)
         run(T, H, torch.float16, torch.float16, False, backward=False)

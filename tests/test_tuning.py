@@ -98,7 +98,8 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
 
 # The forward's exact narrow groups (launch_forward.cuh, exact_group) at the widths they cover,
 # and the activation / weight dtypes their instances are compiled for.
-EXACT_NARROW_GROUPS = pytest.mark.parametrize("H,tpr,vpt", [(256, 8, 4), (256, 16, 2), (512, 16, 4), (512, 32, 2),
+EXACT_NARROW_GROUPS = pytest.mark.parametrize("H,tpr,vpt", [(64, 4, 2), (128, 8, 2), (256, 8, 4), (256, 16, 2),
+                                                         (512, 16, 4), (512, 32, 2),
                                                          (768, 32, 3), (1024, 32, 4)])
 NARROW_DTYPES = pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16),
                                                          (torch.bfloat16, torch.float32),
@@ -165,7 +166,7 @@ def test_streaming_rows_have_one_rows_bits(H, tpr, vpt, residual, dtype, wdtype,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H", [256, 512, 768, 1024])
+@pytest.mark.parametrize("H", [64, 128, 256, 512, 768, 1024])
 @pytest.mark.parametrize("T", [3, 129, 1000, 4097])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),

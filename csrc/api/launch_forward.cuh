@@ -36,6 +36,7 @@ template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 bool launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
   if (kSync != GroupSync::kWarp || !prog.exact || !exact_cover(prog.tpr, VPT, q.hidden)) return false;
   switch (prog.tpr) {
+    case 4: launch_exact_tpr<T, WT, RES, VPT, 4>(q, prog, s); break;
     case 8: launch_exact_tpr<T, WT, RES, VPT, 8>(q, prog, s); break;
     case 16: launch_exact_tpr<T, WT, RES, VPT, 16>(q, prog, s); break;
     default: launch_exact_tpr<T, WT, RES, VPT, 32>(q, prog, s); break;

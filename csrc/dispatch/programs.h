@@ -15,12 +15,12 @@ constexpr int kBwdVpts[] = {1, 2, 3, 4};
 constexpr int kNumFwdVpts = sizeof(kFwdVpts) / sizeof(int);
 constexpr int kNumBwdVpts = sizeof(kBwdVpts) / sizeof(int);
 // The exact narrow groups, compiled with a constant width (forward.cuh and backward.cuh, kTpr):
-// groups of at most a warp whose vectors cover a row exactly (forward H 256, 512, 768, 1024;
-// backward t16 v2, t32 v2, t32 v3). No masks or rest loops; the same bits as the runtime-width
-// kernels (docs/perf/dispatch.md#exact-groups).
+// groups of at most a warp whose vectors cover a row exactly (forward H 64, 128, 256, 512, 768,
+// 1024; backward t16 v2, t32 v2, t32 v3). No masks or rest loops; the same bits as the
+// runtime-width kernels (docs/perf/dispatch.md#exact-groups).
 constexpr bool exact_group(int tpr, int vpt, bool backward = false) {
-  const bool listed =
-      (tpr == 8 && vpt == 4) || (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
+  const bool listed = ((tpr == 4 || tpr == 8) && vpt == 2) || (tpr == 8 && vpt == 4) ||
+                      (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);
   return listed && (!backward || (tpr >= 16 && vpt <= 3));
 }
 constexpr bool exact_cover(int tpr, int vpt, int hidden, bool backward = false) {
@@ -86,6 +86,8 @@ struct ArchTable {
   int64_t stream_widened_elems;  // ... from this many with CTAs widened for narrow rows
   int64_t stream_min_cta_bytes;  // a streaming CTA reads at least this much in the large window
   int64_t fp32_w_late_elems;     // an FP32 w loaded after the sum from this many elements (plan.h)
+  int fwd_two_vector_max;        // plain-forward rows of 64 up to this many elements (a power of
+                                 // two) take two vectors a thread (forward_program)
   int bwd_one_launch_chunks;     // the backward runs one launch up to this many dw chunks (plan.h;
                                  // dispatch.md#one-launch)
   int bwd_team_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
@@ -93,7 +95,7 @@ struct ArchTable {
 };
 constexpr ArchTable kSm90{90, true, 5, 4, 3, 8, 128, 256, 2, 8, 128, 2,
                           512, int64_t(1) << 22, int64_t(1) << 24, int64_t(1) << 25, 16384, int64_t(1) << 26,
-                          64, 8};
+                          128, 64, 8};
 constexpr ArchTable unmeasured_copy(int sm) {
   ArchTable t = kSm90;
   t.sm = sm;
@@ -196,9 +198,18 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward, 
 constexpr int forward_groups(int tpr, const ArchTable& t = kSm90) {
   return tpr * t.fwd_max_groups >= t.fwd_min_cta_threads ? t.fwd_max_groups : t.fwd_min_cta_threads / tpr;
 }
+// Plain-forward rows of 64 and 128 elements take two vectors a thread (t4 v2, t8 v2) in place of
+// the VPT target's four (t2 v4, t4 v4): a warp's load then reads 64 or 128 contiguous bytes of
+// each row it touches, not 32 or 64, and the narrow groups' L2 request rate held them behind
+// (H 64 x 1M rows: L2 93.98 % busy at 63.7 % DRAM; docs/perf/dispatch.md#two-vector-rows).
+constexpr bool two_vector_row(int hidden, bool residual, const ArchTable& t = kSm90) {
+  return !residual && hidden >= 64 && hidden <= t.fwd_two_vector_max && (hidden & (hidden - 1)) == 0;
+}
 constexpr Program forward_program(int hidden, bool residual = false, const ArchTable& t = kSm90) {
-  const Program g = row_group(hidden, residual ? t.fwd_residual_vpt_target : t.fwd_vpt_target, kMaxFwdTpr, kFwdVpts,
-                              kNumFwdVpts);
+  const Program g = two_vector_row(hidden, residual, t)
+                        ? Program{hidden / 16, 0, 2, 0, 1}
+                        : row_group(hidden, residual ? t.fwd_residual_vpt_target : t.fwd_vpt_target, kMaxFwdTpr,
+                                    kFwdVpts, kNumFwdVpts);
   return shaped(g, forward_groups(g.tpr, t), t.fwd_cta_cap, false, t);
 }
 // The streaming forward (stages 0: no ring, every row's group in the grid, direct loads) runs
@@ -314,7 +325,7 @@ static_assert(small_group_max(forward_program(512), 512) == 4096 && forward_smal
               "the wider small-T group at the measured widths; none at H 256 (16 threads), 1024 (an exact warp "
               "ring) or 8192 (512); at every T for H 768");
 
-// Narrow exact rows of the plain forward (H 256 t8 v4, 512 t32 v2, 1024 t32 v4): past their
+// Narrow exact rows of the plain forward (H 128 t8 v2, 256 t8 v4, 512 t32 v2, 1024 t32 v4): past their
 // first streaming window the same group streams kStreamRows rows a group in 128-thread CTAs,
 // in place of the ring and its widened twin; one row group at every T, so no window edge
 // moves a row's bits (docs/perf/dispatch.md#multirow).
@@ -325,15 +336,24 @@ constexpr Program multirow_streaming(Program p, const ArchTable& t = kSm90) {
   return p;
 }
 constexpr bool can_stream_rows(const Program& first, int hidden) {
-  return first.stages == 0 && first.tpr <= 32 && exact_cover(first.tpr, first.vpt, hidden);
+  return first.stages == 0 && first.tpr >= 8 && first.tpr <= 32 && exact_cover(first.tpr, first.vpt, hidden);
+}
+// H 64's group (t4 v2) streams one row a group at every T instead: four rows a group measured
+// 3-8 % slower from 32768 rows and the ring 5-12 % (docs/perf/dispatch.md#two-vector-rows).
+constexpr bool streams_everywhere(const Program& ring, int hidden, bool residual, const ArchTable& t = kSm90) {
+  return two_vector_row(hidden, residual, t) && ring.tpr < 8;
 }
 static_assert(can_stream_rows(as_streaming(forward_program(256)), 256) && can_stream_rows(forward_small_program(512), 512) &&
                   can_stream_rows(as_streaming(forward_program(1024)), 1024) &&
                   !can_stream_rows(as_streaming(forward_program(2048)), 2048) &&
                   multirow_streaming(forward_small_program(512)).cta == 128 &&
                   program_valid(multirow_streaming(forward_small_program(512)), false) &&
-                  program_valid(multirow_streaming(as_streaming(forward_program(256))), false),
-              "several rows a group at H 256, 512 and 1024 only");
+                  program_valid(multirow_streaming(as_streaming(forward_program(256))), false) &&
+                  can_stream_rows(as_streaming(forward_program(128)), 128) &&
+                  !can_stream_rows(as_streaming(forward_program(64)), 64) &&
+                  streams_everywhere(forward_program(64), 64, false) &&
+                  !streams_everywhere(forward_program(128), 128, false),
+              "several rows a group at H 128, 256, 512 and 1024 only; H 64 streams one");
 
 constexpr Program backward_program(int hidden, const ArchTable& t = kSm90) {
   return shaped(row_group(hidden, t.bwd_vpt_target, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), t.bwd_max_groups,
@@ -350,6 +370,11 @@ static_assert(forward_program(2048).tpr == 64 && forward_program(2048).vpt == 4 
 static_assert(forward_program(512).tpr == 16 && forward_program(512).cta == 128, "fwd 512: t16x8_v4");
 static_assert(forward_program(256).tpr == 8 && forward_program(256).cta == 128 && forward_program(8).cta == 128,
               "narrow forward groups fill 128-thread CTAs");
+static_assert(forward_program(64).tpr == 4 && forward_program(64).vpt == 2 && forward_program(128).tpr == 8 &&
+                  forward_program(128).vpt == 2 && forward_program(128).cta == 128 &&
+                  forward_program(64, true).tpr == 2 && forward_program(128, true).vpt == 4 &&
+                  forward_program(96).vpt != 2 && forward_program(32).tpr == 1,
+              "two vectors a thread at H 64 and 128 on the plain route only");
 static_assert(forward_program(6144).tpr == 128 && forward_program(6144).vpt == 6 && forward_program(6144).cta == 256 &&
                   forward_program(5120).tpr == 128 && forward_program(5120).vpt == 6 &&
                   forward_program(1536).tpr == 32 && forward_program(1536).vpt == 6 &&

@@ -3,7 +3,8 @@
 // window (0, inf), the forward over up to four: on the plain route a wider row group at the
 // smallest T (at every T where programs.h says so: H 768), then the ring program and its
 // streaming twins of one row group (their CTAs may differ), or, for the narrow exact rows
-// (H 256, 512, 1024), the first window's group streaming several rows a group. Within a
+// (H 128, 256, 512, 1024), the first window's group streaming several rows a group (H 64: its
+// streaming twin at every T). Within a
 // window a row's outputs do not depend on T; across the wider group's edge y and rstd may move
 // in the last bits
 // (tests/test_determinism.py bounds it); across every other edge they are bitwise identical.
@@ -86,6 +87,8 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   int64_t lo = 0;  // the last T served so far
   if (group_max > 0 && small_group_everywhere(ring, h, t)) {  // one window, one row group (H 768)
     w[n++] = Window{0, -1, forward_small_program(h, t)};
+  } else if (streams_everywhere(ring, h, res, t)) {  // one window, the streaming twin (H 64)
+    w[n++] = Window{0, -1, stream};
   } else {
     if (group_max > 0) w[n++] = Window{0, group_max, forward_small_program(h, t)}, lo = group_max;
     const Program first = group_max > 0 ? forward_small_program(h, t) : stream;
