@@ -60,6 +60,8 @@ using BwdKernel = void (*)(BwdParams);
 // need groups of a warp or more, so only 32-thread exact groups pair.
 template <typename T, typename WT, bool RES, int VPT, bool PAIR>
 BwdKernel backward_kernel(const Program& prog, bool exact) {
+  if constexpr (VPT == 4 && !PAIR)
+    if (prog.cta > kMaxBwdThreads) return rmsnorm_bwd_wide_kernel<T, WT, RES>;  // the wide rows' CTAs
   if constexpr (exact_group(32, VPT, true))
     if (exact && prog.tpr == 32) return rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, 32>;
   if constexpr (!PAIR && exact_group(16, VPT, true))
@@ -71,6 +73,8 @@ BwdKernel backward_kernel(const Program& prog, bool exact) {
 // plan says so, as backward_kernel's unpaired choice.
 template <typename T, typename WT, bool RES, int VPT>
 BwdKernel one_launch_kernel(const Program& prog, bool exact) {
+  if constexpr (VPT == 4)
+    if (prog.cta > kMaxBwdThreads) return rmsnorm_bwd_one_wide_kernel<T, WT, RES>;
   if constexpr (exact_group(32, VPT, true))
     if (exact && prog.tpr == 32) return rmsnorm_bwd_one_kernel<T, WT, RES, VPT, 32>;
   if constexpr (exact_group(16, VPT, true))

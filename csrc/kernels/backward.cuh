@@ -335,6 +335,15 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
   bwd_rows<T, WT, RES, VPT, PAIR, kTpr, true>(p, blockIdx.x, gridDim.x);
 }
 
+// The wide rows' instance (params.h, kMaxBwdWideThreads): CTAs of up to 512 threads, VPT 4,
+// the same body. A 512-thread group holds rows up to 16384 elements in its ring, where a
+// 256-thread group read the columns past 8192 directly, twice, and swept them again for dw.
+template <typename T, typename WT, bool RES>
+__global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_wide_kernel(const BwdParams p) {
+  pdl_launch_dependents();
+  bwd_rows<T, WT, RES, 4, false, 0, true>(p, blockIdx.x, gridDim.x);
+}
+
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,
 // while a whole batch remains; leaves k at the first chunk not added.
 template <int BATCH, int LANES>

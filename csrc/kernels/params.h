@@ -19,6 +19,10 @@ namespace cake {
 constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
 constexpr int kBwdMinBlocks = 2;
+// Rows wider than a 256-thread group's 4 vectors (8192 elements) take one 512-thread group a
+// CTA at VPT 4 (programs.h, backward_program): instances of their own, one CTA an SM at the
+// same 128 registers a thread, so no other backward instance changes.
+constexpr int kMaxBwdWideThreads = 512;
 // cp.async ring depth: rows in flight per row group, the current one included.
 constexpr int kMaxStages = 8;
 // The dw finalize sums chunk k into lane k % finalize_lanes(chunks) of its column, folds lanes
