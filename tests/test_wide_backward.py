@@ -1,4 +1,4 @@
-"""The backward's wide rows (wider than 8192 elements): one 512-thread group a CTA
+"""The backward's wide rows (wider than 10240 elements): one 512-thread group a CTA
 (programs.h, backward_program; backward.cuh, rmsnorm_bwd_wide_kernel). dw has the bits of the
 256-thread group, whose products and per-chunk order are the same; dx is held to the FP64
 reference, and a row's dx does not depend on T."""
@@ -17,10 +17,12 @@ def _bits(t):
 
 
 def test_plan_names_the_wide_group():
-    """The plan (CUDA-free, so on the CPU too): 8192 keeps the 256-thread group, 8200 and up take
-    one 512-thread group a CTA at every T, the one launch included."""
-    assert cr.launch_plan("bwd", 8192, 4096, sm=90, sms=132)["program"].startswith("general_t256x1_v4")
-    for H in (8200, 12800, 16384, 65536):
+    """The plan (CUDA-free, so on the CPU too): up to 10240 the 256-thread group (the rest of a
+    row past 8192 read directly), wider one 512-thread group a CTA at every T, the one launch
+    included."""
+    for H in (8192, 8200, 10240):
+        assert cr.launch_plan("bwd", H, 4096, sm=90, sms=132)["program"].startswith("general_t256x1_v4"), H
+    for H in (10248, 12800, 16384, 65536):
         for T in (1, 64, 4096):
             assert cr.launch_plan("bwd", H, T, sm=90, sms=132)["program"].startswith("general_t512x1_v4"), (H, T)
     assert "one_launch" in cr.launch_plan("bwd", 12800, 16, sm=90, sms=132)
@@ -28,7 +30,7 @@ def test_plan_names_the_wide_group():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H", [8200, 12800, 16384, 20480])
+@pytest.mark.parametrize("H", [10248, 12800, 16384, 20480])
 @pytest.mark.parametrize("T", [1, 3, 130, 4097])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),

@@ -88,7 +88,8 @@ struct ArchTable {
   int64_t fp32_w_late_elems;     // an FP32 w loaded after the sum from this many elements (plan.h)
   int fwd_two_vector_max;        // plain-forward rows of 64 up to this many elements (a power of
                                  // two) take two vectors a thread (forward_program)
-  int bwd_wide_tpr;              // the backward's group for rows wider than 8192 (backward_program)
+  int bwd_wide_above;            // the backward's rows wider than this take one 512-thread group
+                                 // a CTA (backward_program)
   int bwd_one_launch_chunks;     // the backward runs one launch up to this many dw chunks (plan.h;
                                  // dispatch.md#one-launch)
   int bwd_team_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
@@ -96,7 +97,7 @@ struct ArchTable {
 };
 constexpr ArchTable kSm90{90, true, 5, 4, 3, 8, 128, 256, 2, 8, 128, 2,
                           512, int64_t(1) << 22, int64_t(1) << 24, int64_t(1) << 25, 16384, int64_t(1) << 26,
-                          128, 512, 64, 8};
+                          128, 10240, 64, 8};
 constexpr ArchTable unmeasured_copy(int sm) {
   ArchTable t = kSm90;
   t.sm = sm;
@@ -357,13 +358,14 @@ static_assert(can_stream_rows(as_streaming(forward_program(256)), 256) && can_st
                   !streams_everywhere(forward_program(128), 128, false),
               "several rows a group at H 128, 256, 512 and 1024 only; H 64 streams one");
 
-// Rows wider than the 256-thread group's 4 vectors (8192 elements) take one group of
-// ArchTable::bwd_wide_tpr threads a CTA at VPT 4 (the wide instance, backward.cuh): up to 16384
-// held whole in the ring, where the 256-thread group read the rest of each row directly twice
-// and again for dw (H 12800 T 4096: 153.9 us, twice the traffic floor; dispatch.md#wide-rows).
+// Rows wider than ArchTable::bwd_wide_above (10240) take one 512-thread group a CTA at VPT 4
+// (the wide instance, backward.cuh): up to 16384 held whole in the ring, where the 256-thread
+// group (8192 held) read the rest of each row directly twice and again for dw (H 12800 T 4096:
+// 153.9 -> 108.5 us, H 16384 201.0 -> 124.4). Up to 10240 the rest is at most a fifth of the
+// row and one group an SM measured slower (H 8704 83.3 -> 101.5; dispatch.md#wide-rows).
 constexpr Program backward_program(int hidden, const ArchTable& t = kSm90) {
-  if (hidden > kMaxBwdTpr * 4 * 8 && t.bwd_wide_tpr > kMaxBwdTpr)
-    return shaped(Program{t.bwd_wide_tpr, 0, 4, 0, 1}, 1, t.bwd_wide_tpr, true, t);
+  if (hidden > t.bwd_wide_above && hidden > kMaxBwdTpr * 4 * 8)
+    return shaped(Program{kMaxBwdWideThreads, 0, 4, 0, 1}, 1, kMaxBwdWideThreads, true, t);
   return shaped(row_group(hidden, t.bwd_vpt_target, kMaxBwdTpr, kBwdVpts, kNumBwdVpts), t.bwd_max_groups,
                 t.bwd_cta_cap, true, t);
 }
@@ -392,10 +394,10 @@ static_assert(forward_program(6144, true).tpr == 256 && forward_program(6144, tr
                   forward_program(1536, true).tpr == 64 && forward_program(1536, true).vpt == 3,
               "residual fwd: the 4-vector target");
 static_assert(backward_program(1 << 20).tpr == kMaxBwdWideThreads && backward_program(1 << 20).vpt == 4 &&
-                  backward_program(8192).tpr == 256 && backward_program(8200).tpr == 512 &&
+                  backward_program(10240).tpr == 256 && backward_program(10248).tpr == 512 &&
                   backward_program(16384).cta == 512 && backward_program(16384).stages == 2 &&
                   program_valid(backward_program(16384), true) && !program_valid(Program{512, 512, 3, 0, 2}, true),
-              "rows wider than 8192: one 512-thread group a CTA, the rest of rows past 16384 read directly");
+              "rows wider than 10240: one 512-thread group a CTA, the rest of rows past 16384 read directly");
 constexpr bool widths_valid(const int* hs, int n) {
   for (int i = 0; i < n; ++i)
     if (!program_valid(forward_program(hs[i]), false) || !program_valid(forward_program(hs[i], true), false) ||
