@@ -19,9 +19,9 @@ namespace cake {
 constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
 constexpr int kBwdMinBlocks = 2;
-// Rows wider than a 256-thread group's 4 vectors (8192 elements) take one 512-thread group a
-// CTA at VPT 4 (programs.h, backward_program): instances of their own, one CTA an SM at the
-// same 128 registers a thread, so no other backward instance changes.
+// The backward's widest rows (programs.h, backward_program: wider than 10240) take one
+// 512-thread group a CTA at VPT 4: instances of their own, one CTA an SM at the same 128
+// registers a thread, so no other backward instance changes.
 constexpr int kMaxBwdWideThreads = 512;
 // cp.async ring depth: rows in flight per row group, the current one included.
 constexpr int kMaxStages = 8;
