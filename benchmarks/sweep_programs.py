@@ -18,7 +18,9 @@ from cake_rmsnorm.bench.run import int_list
 from cake_rmsnorm.bench.timing import capture, measure
 from cake_rmsnorm.tuning import BACKWARD, FORWARD, program_override
 
-MAX_THREADS = {"fwd": 512, "bwd": 256}
+MAX_THREADS = {"fwd": 512, "bwd": 512}
+# The backward's CTAs past 256 threads run its wide instance, VPT 4 only (params.h, kMaxBwdWideThreads).
+BWD_NARROW_THREADS = 256
 VPTS = {"fwd": (1, 2, 3, 4, 6, 8), "bwd": (1, 2, 3, 4)}
 SMEM_LIMIT = 227 * 1024
 
@@ -38,7 +40,8 @@ def candidates(direction, H, ctas_per_sm, stage_list, rows_list, group_rows=(1,)
         if vpt is not None and tpr * vpt < 2 * nvec:  # drop groups twice wider than the row
             for rows in rows_list:
                 cta = tpr * rows
-                if 32 <= cta <= MAX_THREADS[direction] and (tpr <= 32 or rows < 16):
+                wide_ok = direction == "fwd" or cta <= BWD_NARROW_THREADS or vpt == 4
+                if 32 <= cta <= MAX_THREADS[direction] and (tpr <= 32 or rows < 16) and wide_ok:
                     for stages in stage_list:
                         if ring_bytes(direction, cta, vpt, stages) > SMEM_LIMIT:
                             continue
