@@ -63,8 +63,8 @@ def test_wide_rows_match_the_reference_and_the_narrower_groups_dw(H, T, residual
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("H", [12800, 20480])
 def test_wide_rows_dx_does_not_depend_on_T(H, gen):
-    """A row's dx is the same in a call of 3 rows (the one launch) and of 5000 (persistent
-    chunks of the main kernel), autograd's dw in w's dtype included."""
+    """A row's dx is the same in a call of 3 rows (the one launch), of 5000 (persistent chunks
+    of the main kernel) and through autograd at 64 rows (whose dw comes back in w's dtype)."""
     x = make_rows(5000, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     g = make_rows(5000, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     w = make_weight(H, torch.bfloat16, "cuda", gen)
