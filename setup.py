@@ -145,7 +145,7 @@ def make_extension():
     include_dirs = [str(ROOT / "csrc" / "include")]
     link_args = [f"-Wl,--version-script={ROOT / 'csrc' / 'api' / 'exports.map'}"]
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
-    sources.append("csrc/torch/ops.cpp")
+    sources += ["csrc/torch/ops.cpp", "csrc/torch/direct.cpp"]
 
     found = find_nvcc() if _want_cuda() else None
     nvcc = found[0] if found else None

@@ -2,6 +2,7 @@
 // resident-CTA query behind persistent grids.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "launch.h"
@@ -26,28 +27,44 @@ constexpr int kOccCache = 1024;  // more than the library has (kernel, block siz
 OccEntry g_occ[kOccCache];
 int g_occ_n = 0;
 std::mutex g_occ_mu;
-}  // namespace
 
-int device_sm() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+// The current device's architecture and SM count, queried once per device: a call reads them
+// instead of asking the driver.
+struct DeviceFacts {
+  int sm;
+  int64_t sms;
+};
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_facts_ready[kMaxDevices];
+DeviceFacts g_facts[kMaxDevices];
+
+DeviceFacts device_facts() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return DeviceFacts{0, 0};
   }
-  return 10 * major + minor;
-}
-
-int64_t resident_sms() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
+  if (device >= 0 && device < kMaxDevices && g_facts_ready[device].load(std::memory_order_acquire))
+    return g_facts[device];
+  int major = 0, minor = 0, sms = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return DeviceFacts{0, 0};
   }
-  return sms;
+  const DeviceFacts f{10 * major + minor, sms};
+  if (device >= 0 && device < kMaxDevices) {
+    g_facts[device] = f;  // every thread writes the same values
+    g_facts_ready[device].store(1, std::memory_order_release);
+  }
+  return f;
 }
+}  // namespace
+
+int device_sm() { return device_facts().sm; }
+
+int64_t resident_sms() { return device_facts().sms; }
 
 int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
   int device = 0;
@@ -69,7 +86,7 @@ int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
       cudaFuncGetAttributes(&fa, kernel) != cudaSuccess ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            optin - static_cast<int>(fa.sharedSizeBytes)) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      (sms = static_cast<int>(resident_sms())) == 0 ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) {
     cudaGetLastError();  // leave no sticky error for the launch check
     return 0;

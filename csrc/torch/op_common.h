@@ -29,8 +29,15 @@ inline cake_dtype_t to_cake_dtype(const Tensor& t, const char* name) {
   return CAKE_DTYPE_FP32;
 }
 
+inline int32_t device_type(const Tensor& t) {
+  int32_t d = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(t.get(), &d));
+  return d;
+}
+
+// The same device type and index (a meta or other-device tensor beside a CPU x is refused).
 inline void check_same_device(const Tensor& a, const Tensor& b, const char* name) {
-  STD_TORCH_CHECK(a.is_cuda() == b.is_cuda() && a.get_device_index() == b.get_device_index(),
+  STD_TORCH_CHECK(device_type(a) == device_type(b) && a.get_device_index() == b.get_device_index(),
                   name, " must be on the same device as x");
 }
 
@@ -85,10 +92,37 @@ inline int64_t kernel_row_stride(const Tensor& t) {
   return p % 16 == 0 && (rs * static_cast<int64_t>(t.element_size())) % 16 == 0 ? rs : -1;
 }
 
-inline Tensor new_like(const Tensor& t, ScalarType dtype) {
-  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  return torch::stable::new_empty(t, sizes, dtype);
+inline int32_t aoti_dtype(ScalarType dtype) {
+  switch (dtype) {
+    case ScalarType::BFloat16: return aoti_torch_dtype_bfloat16();
+    case ScalarType::Half: return aoti_torch_dtype_float16();
+    case ScalarType::Float: return aoti_torch_dtype_float32();
+    case ScalarType::Byte: return aoti_torch_dtype_uint8();
+    default: STD_TORCH_CHECK(false, "cake_rmsnorm: no allocation of this dtype");
+  }
+  return 0;
 }
+
+// A dense tensor of `sizes` on like's device: one direct allocation (torch::stable::new_empty
+// is a boxed dispatcher call that looks the op up by name every time).
+inline Tensor empty_on(const Tensor& like, const int64_t* sizes, int64_t ndim, ScalarType dtype) {
+  std::vector<int64_t> strides(static_cast<size_t>(ndim > 0 ? ndim : 1));
+  int64_t step = 1;
+  for (int64_t i = ndim - 1; i >= 0; --i) {
+    strides[i] = step;
+    step *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+  AtenTensorHandle h = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, sizes, strides.data(), aoti_dtype(dtype),
+                                                         device_type(like), like.get_device_index(), &h));
+  return Tensor(h);
+}
+
+inline Tensor new_like(const Tensor& t, ScalarType dtype) {
+  return empty_on(t, t.sizes().data(), t.dim(), dtype);
+}
+
+inline Tensor new_vec(const Tensor& like, int64_t n, ScalarType dtype) { return empty_on(like, &n, 1, dtype); }
 
 inline Tensor dense_copy(const Tensor& t) {
   Tensor c = new_like(t, t.scalar_type());
@@ -97,10 +131,7 @@ inline Tensor dense_copy(const Tensor& t) {
 }
 
 // x's leading shape (rstd).
-inline Tensor new_lead(const Tensor& x) {
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - 1);
-  return torch::stable::new_empty(x, sizes, ScalarType::Float);
-}
+inline Tensor new_lead(const Tensor& x) { return empty_on(x, x.sizes().data(), x.dim() - 1, ScalarType::Float); }
 
 // An input the kernels read: the tensor itself, or a dense copy of a layout they cannot walk.
 struct InRows {
@@ -252,7 +283,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
       check_same_device(*workspace, x_in, "workspace");
     } else {
       const int64_t bytes = static_cast<int64_t>(cake_rmsnorm_backward_workspace_bytes(rows, hidden));
-      workspace = torch::stable::new_empty(x_in, {bytes > 0 ? bytes : 16}, ScalarType::Byte);
+      workspace = new_vec(x_in, bytes > 0 ? bytes : 16, ScalarType::Byte);
     }
   }
   const InRows g(g_in);

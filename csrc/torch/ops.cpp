@@ -3,21 +3,10 @@
 // allocate their outputs; the _out ops write caller buffers and return nothing. User-facing
 // errors (argument names, the documented refusals) live in Python.
 #include "ops_impl.h"
+#include "streams.h"
 
 namespace {
-
-struct CpuStream {
-  struct Ctx {
-    void* stream = nullptr;
-  };
-  static Ctx enter(const cake_torch::Tensor& x) {
-    STD_TORCH_CHECK(x.is_cpu(), "x must be a CPU tensor for the CPU kernel");
-    return Ctx{};
-  }
-};
-
-using CpuOps = cake_torch::Ops<CpuStream>;
-
+using CpuOps = cake_torch::Ops<cake_torch::CpuStream>;
 }  // namespace
 
 STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {

@@ -50,7 +50,7 @@ struct Ops {
     check_x(x);
     auto ctx = StreamOf::enter(x);
     Tensor dx = new_like(x, x.scalar_type());
-    Tensor dw = torch::stable::new_empty(x, {last_dim(x)}, dw_in_w_dtype ? w.scalar_type() : ScalarType::Float);
+    Tensor dw = new_vec(x, last_dim(x), dw_in_w_dtype ? w.scalar_type() : ScalarType::Float);
     backward_into(g, x, w, rstd, g_residual, dx, dw, std::nullopt, 0, false, dw_in_w_dtype, ctx.stream);
     return {dx, dw};
   }

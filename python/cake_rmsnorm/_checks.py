@@ -93,6 +93,7 @@ def check_weight(w, x: torch.Tensor) -> torch.Tensor:
 
 
 INF = float("inf")
+EPS_MAX = 3.4028234663852886e38  # the largest FP32: eps is applied in FP32
 
 
 def check_eps(eps):
@@ -100,16 +101,20 @@ def check_eps(eps):
     symbolic float (torch.compile's dynamic floats) passes through unchecked: the C API
     refuses a bad value when the graph runs, and checking it here would specialise the graph."""
     if type(eps) is float:
-        if 0.0 <= eps < INF:  # False for NaN too
+        if 0.0 <= eps <= EPS_MAX:  # False for NaN too
             return eps
-        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+        raise ValueError(f"eps must be finite and >= 0 and at most {EPS_MAX:.6g} (applied in float32), got {eps}")
     if isinstance(eps, (torch.SymFloat, torch.SymInt)):
         return eps
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or type(eps).__name__ == "bool_":
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    eps = float(eps)
-    if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    try:
+        eps = float(eps)
+    except OverflowError:  # an int too large for a float
+        raise ValueError(f"eps must be finite and >= 0 and at most {EPS_MAX:.6g} (applied in float32), "
+                         f"got {eps}") from None
+    if not math.isfinite(eps) or not 0 <= eps <= EPS_MAX:
+        raise ValueError(f"eps must be finite and >= 0 and at most {EPS_MAX:.6g} (applied in float32), got {eps}")
     return eps
 
 

@@ -25,6 +25,12 @@ torch.ops.load_library(library_path())
 ops = torch.ops.cake_rmsnorm
 _c = ctypes.CDLL(library_path())
 
+# The same library as a Python module: the op bodies without the dispatcher (_calls.py), where
+# torch has the stable ABI's Python shims (>= 2.14); None elsewhere.
+from . import _C  # noqa: E402
+
+direct = _C if _C.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32)) else None
+
 
 class _Window(ctypes.Structure):
     _fields_ = [("above", ctypes.c_int64), ("at_most", ctypes.c_int64), ("program", ctypes.c_char * 48)]

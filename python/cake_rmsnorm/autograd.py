@@ -5,15 +5,14 @@ from typing import Optional
 import torch
 
 from . import _checks as C
-from ._lib import ops
+from ._calls import bwd as _bwd
+from ._calls import eager as _eager
+from ._calls import bwd_dx as _bwd_dx
+from ._calls import bwd_out as _bwd_out
+from ._calls import fwd as _fwd
+from ._calls import fwd_residual as _fwd_residual
 
 __all__ = ["CakeRMSNormFunction", "cake_rmsnorm"]
-
-_fwd = ops.fwd.default
-_fwd_residual = ops.fwd_residual.default
-_bwd = ops.bwd.default
-_bwd_dx = ops.bwd_dx.default
-_bwd_out = ops.bwd_out.default
 
 
 def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
@@ -101,21 +100,38 @@ def cake_rmsnorm(
     y, or (y, h_new) with ``residual``. The backward returns dw in w's dtype, written by the
     dw finalize itself (no separate cast). Only (x or h_new, w, rstd) are saved.
     """
-    if type(eps) is not float or not 0.0 <= eps < C.INF:
+    if type(eps) is not float or not 0.0 <= eps <= C.EPS_MAX:
         eps = C.check_eps(eps)
-    C.check_forward_inputs(x, w, residual)
     if deterministic is not True and deterministic is not False:
         C.check_bool(deterministic, "deterministic")
     if main_grad is not None:
+        C.check_activation(x)
         C.check_main_grad(main_grad, x)
     if out_dtype is not None:
+        C.check_activation(x)
         out_dtype = C.check_out_dtype(out_dtype, x)
     return apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
 
 
 def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
-    """CakeRMSNormFunction.apply on validated inputs, or the bare kernel where nothing needs a
-    gradient (no autograd node to build: inference, frozen layers, activation recompute)."""
+    """The autograd call on inputs whose scalar options are checked (eps, deterministic,
+    main_grad, out_dtype). In eager the kernels' own checks gate the call, and a refusal re-runs
+    the Python checks for the documented error; traced calls check up front."""
+    if not _eager():
+        C.check_forward_inputs(x, w, residual)
+        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
+    try:
+        if x.dim() > 2 and not x.is_contiguous():
+            C.check_layout(x, "x")
+        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
+    except Exception:
+        C.check_forward_inputs(x, w, residual)  # raises the documented TypeError / ValueError
+        raise
+
+
+def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype):
+    """CakeRMSNormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd
+    node to build: inference, frozen layers, activation recompute)."""
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
         return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype)

@@ -6,7 +6,8 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import _checks as C
-from ._lib import ops, saturating_rows, workspace_bytes
+from . import _calls as ops
+from ._lib import saturating_rows, workspace_bytes
 
 __all__ = [
     "cake_rmsnorm_train_forward",

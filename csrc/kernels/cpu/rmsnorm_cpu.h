@@ -98,8 +98,9 @@ void backward(const BwdParams& p) {
   }
   if (p.dw == nullptr) return;
   // The GPU finalize's order: chunk k into lane k % lanes, lanes l + 32, l + 64, ... folded
-  // into lane l in order, then the 32 lanes merged by the xor butterfly (every lane of a step
-  // computes the same merge; lane 0's is kept).
+  // into lane l in order, then the 32 lanes merged by the xor butterfly. The merge is
+  // symmetric, so after the step of offset o lanes j and j ^ o hold equal values: lane 0's
+  // result is the tree that merges lane j + o into lane j for j < o.
   const int lanes = finalize_lanes(p.chunks);
   for (int i = 0; i < H; ++i) {
     float s[kFinalizeLanesWide] = {0.f}, c[kFinalizeLanesWide] = {0.f};
@@ -108,18 +109,8 @@ void backward(const BwdParams& p) {
     for (int l = 0; l < kFinalizeLanes; ++l)
       for (int q = 1; q < lanes / kFinalizeLanes; ++q)
         neumaier_merge(s[l], c[l], s[l + kFinalizeLanes * q], c[l + kFinalizeLanes * q]);
-    for (int o = kFinalizeLanes / 2; o > 0; o >>= 1) {
-      float ns[kFinalizeLanes], nc[kFinalizeLanes];
-      for (int j = 0; j < kFinalizeLanes; ++j) {
-        ns[j] = s[j];
-        nc[j] = c[j];
-        neumaier_merge(ns[j], nc[j], s[j ^ o], c[j ^ o]);
-      }
-      for (int j = 0; j < kFinalizeLanes; ++j) {
-        s[j] = ns[j];
-        c[j] = nc[j];
-      }
-    }
+    for (int o = kFinalizeLanes / 2; o > 0; o >>= 1)
+      for (int j = 0; j < o; ++j) neumaier_merge(s[j], c[j], s[j + o], c[j + o]);
     const float sum = s[0] + c[0];
     if (p.dw_w_dtype) {
       static_cast<W*>(p.dw)[i] = W::from_float(sum);

@@ -1,0 +1,256 @@
+// The direct binding: the op bodies called from Python without the dispatcher. The library is
+// also the Python module cake_rmsnorm._C; its functions take the registered ops' arguments and
+// run the same bodies (ops_impl.h), so outputs are the ops' bits. Tensors cross through the
+// stable ABI's Python shims (torch >= 2.14), looked up at run time so the library still loads on
+// older torch, where setup() answers False and Python keeps to the registered ops.
+//
+// A call answers NotImplemented (the caller then takes the registered op) when an argument is
+// not a plain torch.Tensor or Parameter (subclasses, fake and functional tensors go through
+// the dispatcher, which serves them), or x is on neither the CPU nor a CUDA device.
+#include <Python.h>
+
+#include <exception>
+
+#include "ops_impl.h"
+#include "streams.h"
+
+namespace {
+
+using cake_torch::Tensor;
+using torch::headeronly::ScalarType;
+
+using FromPy = AOTITorchError (*)(void*, AtenTensorHandle*);
+using ToPy = AOTITorchError (*)(AtenTensorHandle, void*, void**);
+
+struct Shims {
+  FromPy from = nullptr;
+  ToPy to = nullptr;
+  PyTypeObject* tensor = nullptr;
+  PyTypeObject* parameter = nullptr;
+  PyObject* dtypes[3] = {nullptr, nullptr, nullptr};  // torch.bfloat16, torch.float16, torch.float32
+} g;
+
+struct NotServed {};  // an argument the direct path leaves to the dispatcher
+
+bool plain(PyObject* o) { return Py_TYPE(o) == g.tensor || Py_TYPE(o) == g.parameter; }
+
+Tensor tensor(PyObject* o) {
+  if (!plain(o)) throw NotServed{};
+  AtenTensorHandle h = nullptr;
+  if (g.from(o, &h) != AOTI_TORCH_SUCCESS) throw NotServed{};
+  return Tensor(h);
+}
+
+std::optional<Tensor> opt_tensor(PyObject* o) {
+  if (o == Py_None) return std::nullopt;
+  return tensor(o);
+}
+
+std::optional<ScalarType> opt_dtype(PyObject* o) {
+  if (o == Py_None) return std::nullopt;
+  if (o == g.dtypes[0]) return ScalarType::BFloat16;
+  if (o == g.dtypes[1]) return ScalarType::Half;
+  if (o == g.dtypes[2]) return ScalarType::Float;
+  throw NotServed{};
+}
+
+double number(PyObject* o) {
+  const double v = PyFloat_AsDouble(o);
+  if (v == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw NotServed{};
+  }
+  return v;
+}
+
+int64_t integer(PyObject* o) {
+  const long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw NotServed{};
+  }
+  return v;
+}
+
+bool flag(PyObject* o) {
+  if (o != Py_True && o != Py_False) throw NotServed{};
+  return o == Py_True;
+}
+
+PyObject* wrap(const Tensor& t) {
+  void* out = nullptr;
+  if (g.to(t.get(), nullptr, &out) != AOTI_TORCH_SUCCESS) throw std::runtime_error("cannot wrap a tensor");
+  return static_cast<PyObject*>(out);
+}
+
+PyObject* wrap_all(std::initializer_list<const Tensor*> ts) {
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(ts.size()));
+  if (tuple == nullptr) return nullptr;
+  Py_ssize_t i = 0;
+  for (const Tensor* t : ts) {
+    PyObject* o = wrap(*t);
+    PyTuple_SetItem(tuple, i++, o);  // steals o
+  }
+  return tuple;
+}
+
+// x's device picks the body: CPU or CUDA (the CUDA one refuses in a CPU-only library).
+template <typename Fn>
+PyObject* on_device(const Tensor& x, Fn&& fn) {
+  const int32_t d = cake_torch::device_type(x);
+  if (d == aoti_torch_device_type_cpu()) return fn(cake_torch::Ops<cake_torch::CpuStream>{});
+  if (d == aoti_torch_device_type_cuda()) return fn(cake_torch::Ops<cake_torch::CudaStream>{});
+  throw NotServed{};
+}
+
+template <typename Body>
+PyObject* guarded(Py_ssize_t nargs, Py_ssize_t want, Body&& body) {
+  if (nargs != want) {
+    PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
+    return nullptr;
+  }
+  try {
+    return body();
+  } catch (const NotServed&) {
+    Py_RETURN_NOTIMPLEMENTED;
+  } catch (const std::exception& e) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyObject* fwd(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 4, [&] {
+    Tensor x = tensor(a[0]), w = tensor(a[1]);
+    const double eps = number(a[2]);
+    const auto out_dtype = opt_dtype(a[3]);
+    return on_device(x, [&](auto ops) {
+      auto [y, rstd] = ops.fwd(x, w, eps, out_dtype);
+      return wrap_all({&y, &rstd});
+    });
+  });
+}
+
+PyObject* fwd_residual(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 5, [&] {
+    Tensor x = tensor(a[0]), r = tensor(a[1]), w = tensor(a[2]);
+    const double eps = number(a[3]);
+    const auto out_dtype = opt_dtype(a[4]);
+    return on_device(x, [&](auto ops) {
+      auto [y, rstd, h] = ops.fwd_residual(x, r, w, eps, out_dtype);
+      return wrap_all({&y, &rstd, &h});
+    });
+  });
+}
+
+PyObject* fwd_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 5, [&] {
+    Tensor x = tensor(a[0]), w = tensor(a[1]), y = tensor(a[3]), rstd = tensor(a[4]);
+    const double eps = number(a[2]);
+    return on_device(x, [&](auto ops) {
+      ops.fwd_out(x, w, eps, y, rstd);
+      Py_RETURN_NONE;
+    });
+  });
+}
+
+PyObject* fwd_residual_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 7, [&] {
+    Tensor x = tensor(a[0]), r = tensor(a[1]), w = tensor(a[2]), y = tensor(a[4]), rstd = tensor(a[5]),
+           h = tensor(a[6]);
+    const double eps = number(a[3]);
+    return on_device(x, [&](auto ops) {
+      ops.fwd_residual_out(x, r, w, eps, y, rstd, h);
+      Py_RETURN_NONE;
+    });
+  });
+}
+
+PyObject* bwd(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 6, [&] {
+    Tensor gy = tensor(a[0]), x = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
+    const auto gr = opt_tensor(a[4]);
+    const bool dw_in_w_dtype = flag(a[5]);
+    return on_device(x, [&](auto ops) {
+      auto [dx, dw] = ops.bwd(gy, x, w, rstd, gr, dw_in_w_dtype);
+      return wrap_all({&dx, &dw});
+    });
+  });
+}
+
+PyObject* bwd_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 5, [&] {
+    Tensor gy = tensor(a[0]), x = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
+    const auto gr = opt_tensor(a[4]);
+    return on_device(x, [&](auto ops) {
+      Tensor dx = ops.bwd_dx(gy, x, w, rstd, gr);
+      return wrap(dx);
+    });
+  });
+}
+
+PyObject* bwd_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 10, [&] {
+    Tensor gy = tensor(a[0]), x = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]), dx = tensor(a[5]);
+    const auto gr = opt_tensor(a[4]);
+    const auto dw = opt_tensor(a[6]);
+    const auto ws = opt_tensor(a[7]);
+    const int64_t max_ctas = integer(a[8]);
+    const bool accumulate = flag(a[9]);
+    return on_device(x, [&](auto ops) {
+      ops.bwd_out(gy, x, w, rstd, gr, dx, dw, ws, max_ctas, accumulate);
+      Py_RETURN_NONE;
+    });
+  });
+}
+
+void* torch_symbol(const char* name) {
+  void* sym = dlsym(RTLD_DEFAULT, name);
+  if (sym == nullptr) {
+    if (void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD)) sym = dlsym(lib, name);
+  }
+  return sym;
+}
+
+// setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32)) ->
+// True where torch has the Python shims (the direct path is on), else False.
+PyObject* setup(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 3 || !PyType_Check(a[0]) || !PyType_Check(a[1]) || !PyTuple_Check(a[2]) || PyTuple_Size(a[2]) != 3) {
+    PyErr_SetString(PyExc_TypeError, "setup(Tensor, Parameter, (bfloat16, float16, float32))");
+    return nullptr;
+  }
+  g.from = reinterpret_cast<FromPy>(torch_symbol("torch_tensor_from_pyobject"));
+  g.to = reinterpret_cast<ToPy>(torch_symbol("torch_tensor_to_pyobject"));
+  if (g.from == nullptr || g.to == nullptr) Py_RETURN_FALSE;
+  // Module-lifetime references: the types and dtypes are compared by identity.
+  Py_INCREF(a[0]);
+  Py_INCREF(a[1]);
+  g.tensor = reinterpret_cast<PyTypeObject*>(a[0]);
+  g.parameter = reinterpret_cast<PyTypeObject*>(a[1]);
+  for (Py_ssize_t i = 0; i < 3; ++i) {
+    g.dtypes[i] = PyTuple_GetItem(a[2], i);
+    Py_INCREF(g.dtypes[i]);
+  }
+  Py_RETURN_TRUE;
+}
+
+#define CAKE_FAST(name, doc) {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(name)), METH_FASTCALL, doc}
+
+PyMethodDef kMethods[] = {
+    CAKE_FAST(setup, "Look up torch's Python shims; True where the direct path can run."),
+    CAKE_FAST(fwd, "cake_rmsnorm::fwd without the dispatcher."),
+    CAKE_FAST(fwd_residual, "cake_rmsnorm::fwd_residual without the dispatcher."),
+    CAKE_FAST(fwd_out, "cake_rmsnorm::fwd_out without the dispatcher."),
+    CAKE_FAST(fwd_residual_out, "cake_rmsnorm::fwd_residual_out without the dispatcher."),
+    CAKE_FAST(bwd, "cake_rmsnorm::bwd without the dispatcher."),
+    CAKE_FAST(bwd_dx, "cake_rmsnorm::bwd_dx without the dispatcher."),
+    CAKE_FAST(bwd_out, "cake_rmsnorm::bwd_out without the dispatcher."),
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "cake_rmsnorm._C", "The ops' bodies without the dispatcher.", -1,
+                       kMethods, nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) PyObject* PyInit__C(void) { return PyModule_Create(&kModule); }

@@ -1,0 +1,86 @@
+"""The ops, called the cheapest way that serves the call.
+
+In eager, with nothing tracing or intercepting, a call goes straight to the op bodies through
+the library's Python module (``_C``: no dispatcher, no boxing; the same bodies, so the same
+bits). Everything else goes through the registered ops (``torch.ops.cake_rmsnorm``): tracing
+under torch.compile or export (which must see the ops), an active dispatch mode or functorch
+transform, and tensors the direct path does not take (subclasses such as DTensor, fake or
+meta tensors), for which the binding answers ``NotImplemented``. The direct path needs torch's
+Python shims of the stable ABI (torch >= 2.14); older torch takes the registered ops always.
+"""
+
+import torch
+
+from ._lib import direct, ops
+
+__all__ = ["fwd", "fwd_residual", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "DIRECT"]
+
+DIRECT = direct is not None  # the direct binding is available (torch >= 2.14)
+
+_is_compiling = torch.compiler.is_compiling
+_modes = torch._C._len_torch_dispatch_stack
+_functorch = torch._C._are_functorch_transforms_active
+_NI = NotImplemented
+
+_fwd = ops.fwd.default
+_fwd_residual = ops.fwd_residual.default
+_fwd_out = ops.fwd_out.default
+_fwd_residual_out = ops.fwd_residual_out.default
+_bwd = ops.bwd.default
+_bwd_dx = ops.bwd_dx.default
+_bwd_out = ops.bwd_out.default
+
+
+def eager() -> bool:
+    """True where a call may skip the dispatcher: not tracing, no dispatch mode, no functorch."""
+    return DIRECT and not _is_compiling() and not _modes() and not _functorch()
+
+
+def fwd(x, w, eps, out_dtype=None):
+    if eager():
+        r = direct.fwd(x, w, eps, out_dtype)
+        if r is not _NI:
+            return r
+    return _fwd(x, w, eps, out_dtype)
+
+
+def fwd_residual(x, residual, w, eps, out_dtype=None):
+    if eager():
+        r = direct.fwd_residual(x, residual, w, eps, out_dtype)
+        if r is not _NI:
+            return r
+    return _fwd_residual(x, residual, w, eps, out_dtype)
+
+
+def fwd_out(x, w, eps, y, rstd):
+    if eager() and direct.fwd_out(x, w, eps, y, rstd) is not _NI:
+        return
+    _fwd_out(x, w, eps, y, rstd)
+
+
+def fwd_residual_out(x, residual, w, eps, y, rstd, h_new):
+    if eager() and direct.fwd_residual_out(x, residual, w, eps, y, rstd, h_new) is not _NI:
+        return
+    _fwd_residual_out(x, residual, w, eps, y, rstd, h_new)
+
+
+def bwd(g, x, w, rstd, g_residual, dw_in_w_dtype=False):
+    if eager():
+        r = direct.bwd(g, x, w, rstd, g_residual, dw_in_w_dtype)
+        if r is not _NI:
+            return r
+    return _bwd(g, x, w, rstd, g_residual, dw_in_w_dtype)
+
+
+def bwd_dx(g, x, w, rstd, g_residual):
+    if eager():
+        r = direct.bwd_dx(g, x, w, rstd, g_residual)
+        if r is not _NI:
+            return r
+    return _bwd_dx(g, x, w, rstd, g_residual)
+
+
+def bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas=0, accumulate=False):
+    if eager() and direct.bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate) is not _NI:
+        return
+    _bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate)
