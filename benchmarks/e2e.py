@@ -1,7 +1,8 @@
 """End-to-end training step: small transformers models trained with and without
-cake_rmsnorm.patch(), eager and under torch.compile, BF16 parameters or AMP (FP32 parameters
-under torch.autocast(bfloat16)). AdamW, random token data, the same initial weights and data
-for both arms.
+cake_rmsnorm.patch(), in every mode users run (eager; torch.compile; mode="reduce-overhead",
+CUDA graphs; inductor's cpp_wrapper), BF16 parameters or AMP (FP32 parameters under
+torch.autocast(bfloat16)). AdamW, random token data, the same initial weights and data for both
+arms. Under reduce-overhead each arm records the CUDA graphs inductor skipped (the skip counter).
 
 Per configuration both arms are built (and compiled) first, then timed in alternating blocks
 of steps (paired, so clock or thermal drift hits both alike); the step time is the median of
@@ -29,8 +30,9 @@ import torch
 import cake_rmsnorm as cr
 
 CONFIGS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {})}
-# (hidden, batch, sequence): 4096 and 8192 tokens a step.
-SHAPES = {1024: (8, 512), 2048: (4, 2048)}
+# hidden: (batch, sequence): 4096 tokens a step at 1024, 8192 at 2048 and 4096.
+SHAPES = {1024: (8, 512), 2048: (4, 2048), 4096: (2, 4096)}
+MODES = ("eager", "compile", "reduce-overhead", "cpp_wrapper")
 
 
 def build(model_name, hidden, layers, vocab, amp, seed=0):
@@ -49,9 +51,19 @@ def build(model_name, hidden, layers, vocab, amp, seed=0):
 
 def make_step(model, amp, compile_mode):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    fwd = torch.compile(model) if compile_mode == "compile" else model
+    if compile_mode == "eager":
+        fwd = model
+    elif compile_mode == "reduce-overhead":
+        fwd = torch.compile(model, mode="reduce-overhead")
+    elif compile_mode == "cpp_wrapper":
+        fwd = torch.compile(model, options={"cpp_wrapper": True})
+    else:
+        fwd = torch.compile(model)
+    graphs = compile_mode == "reduce-overhead"
 
     def step(ids):
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = fwd(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -81,10 +93,14 @@ def run_config(model_name, hidden, layers, vocab, mode, amp, warmup, steps, bloc
     patched_model = copy.deepcopy(base)
     report = cr.patch(patched_model)
     torch._dynamo.reset()
+    from torch._dynamo.utils import counters
     arms = {"unpatched": make_step(base, amp, mode), "patched": make_step(patched_model, amp, mode)}
-    first_loss = {k: float(s(batches[0])) for k, s in arms.items()}  # same weights, same data
-    for s in arms.values():
+    first_loss, skips = {}, {}
+    for k, s in arms.items():  # one arm compiled at a time, so its CUDA-graph skips are its own
+        before = sum(counters["inductor"].get(c, 0) for c in ("cudagraph_skips",))
+        first_loss[k] = float(s(batches[0]))  # same weights, same data
         time_steps(s, batches, warmup)
+        skips[k] = sum(counters["inductor"].get(c, 0) for c in ("cudagraph_skips",)) - before
     times = {k: [] for k in arms}
     while len(times["patched"]) < steps:
         for k, s in arms.items():
@@ -95,7 +111,8 @@ def run_config(model_name, hidden, layers, vocab, mode, amp, warmup, steps, bloc
                 ratio=round(med["patched"] / med["unpatched"], 4), steps=len(times["patched"]),
                 norms_replaced=len(report.replaced), loss_unpatched=round(first_loss["unpatched"], 5),
                 loss_patched=round(first_loss["patched"], 5), vocab=vocab,
-                spread_ms={k: [round(min(v), 3), round(max(v), 3)] for k, v in times.items()})
+                spread_ms={k: [round(min(v), 3), round(max(v), 3)] for k, v in times.items()},
+                cudagraph_skips=skips)
 
 
 def markdown(rows, meta):
@@ -104,11 +121,12 @@ def markdown(rows, meta):
              "Median ms a step (forward, backward, fused AdamW), unpatched vs `cake_rmsnorm.patch()`; "
              "amp: FP32 parameters under autocast(bfloat16), else BF16 parameters.", "",
              "| model | hidden | layers | tokens | mode | amp | unpatched ms | patched ms | patched / unpatched "
-             "| first loss (unpatched / patched) |", "|---" * 10 + "|"]
+             "| first loss (unpatched / patched) | CUDA graphs skipped (unpatched / patched) |", "|---" * 11 + "|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['hidden']} | {r['layers']} | {r['tokens']} | {r['mode']} | "
                      f"{r['amp']} | {r['unpatched_ms']:.2f} | {r['patched_ms']:.2f} | {r['ratio']:.3f} | "
-                     f"{r['loss_unpatched']:.4f} / {r['loss_patched']:.4f} |")
+                     f"{r['loss_unpatched']:.4f} / {r['loss_patched']:.4f} | "
+                     f"{r['cudagraph_skips']['unpatched']} / {r['cudagraph_skips']['patched']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -116,9 +134,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="llama,qwen3", type=lambda s: s.split(","))
     p.add_argument("--hidden", default="1024,2048", type=lambda s: [int(v) for v in s.split(",")])
-    p.add_argument("--modes", default="eager,compile", type=lambda s: s.split(","))
+    p.add_argument("--modes", default=",".join(MODES), type=lambda s: s.split(","),
+                   help="eager, compile, reduce-overhead (CUDA graphs), cpp_wrapper")
     p.add_argument("--amp", default="0,1", type=lambda s: [bool(int(v)) for v in s.split(",")])
-    p.add_argument("--layers", default=4, type=int)
+    p.add_argument("--layers", default=4, type=int, help="layers (hidden 4096: at most --layers-4096)")
+    p.add_argument("--layers-4096", default=2, type=int)
     p.add_argument("--vocab", default=32768, type=int)
     p.add_argument("--warmup", default=5, type=int)
     p.add_argument("--steps", default=24, type=int, help="measured steps an arm (>= 20)")
@@ -137,7 +157,8 @@ def main(argv=None):
             for amp in a.amp:
                 for mode in a.modes:
                     t0 = time.time()
-                    row = run_config(model_name, hidden, a.layers, a.vocab, mode, amp, a.warmup, a.steps, a.block)
+                    layers = min(a.layers, a.layers_4096) if hidden >= 4096 else a.layers
+                    row = run_config(model_name, hidden, layers, a.vocab, mode, amp, a.warmup, a.steps, a.block)
                     rows.append(row)
                     print(json.dumps(row), f"({time.time() - t0:.0f} s)", flush=True)
                     with open(a.out + ".json", "w") as f:

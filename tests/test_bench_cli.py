@@ -102,11 +102,13 @@ def test_host_mode_times_every_arm(tmp_path):
     data = json.load(open(str(out) + ".json"))
     rows = data["rows"]
     arms = {r["arm"] for r in rows}
-    assert {"cake", "cake RMSNorm", "F.rms_norm"} <= arms, arms
-    for a in arms:
+    assert {"cake", "cake RMSNorm", "F.rms_norm", "aten clone (floor)"} <= arms, arms
+    for a in arms - {"aten clone (floor)"}:
         assert {r["op"] for r in rows if r["arm"] == a} == {"fwd", "fwd_grad", "fwd_bwd"}
+    assert {r["op"] for r in rows if r["arm"] == "aten clone (floor)"} == {"fwd"}
     assert all(r["us"] > 0 and r["T"] == 8 and r["H"] == 512 for r in rows)
-    assert "vs F.rms_norm" in open(str(out) + ".md").read()
+    md = open(str(out) + ".md").read()
+    assert "vs F.rms_norm" in md and "fwd vs clone" in md
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")

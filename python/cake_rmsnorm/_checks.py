@@ -127,7 +127,7 @@ def check_bool(v, name: str) -> bool:
 _BF16, _FP16, _FP32 = torch.bfloat16, torch.float16, torch.float32
 
 
-def check_forward_inputs(x, w, residual) -> None:
+def check_forward_inputs(x, w, residual, layout: bool = True) -> None:
     """The autograd forward's checks: x, w, residual (and the N-D layout rule). The common case
     reads each property once (a few us a call on a slow host); anything off takes the full
     checks, which raise the documented error."""
@@ -144,6 +144,8 @@ def check_forward_inputs(x, w, residual) -> None:
         check_weight(w, x)
     if residual is not None:
         check_like(residual, x, "residual")
+    if not layout:  # the module serves every layout (through one copy where rows do not collapse)
+        return
     if x.dim() > 2 and not x.is_contiguous():
         check_layout(x, "x")
         if residual is not None:

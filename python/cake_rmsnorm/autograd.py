@@ -110,6 +110,11 @@ def cake_rmsnorm(
     if out_dtype is not None:
         C.check_activation(x)
         out_dtype = C.check_out_dtype(out_dtype, x)
+    if isinstance(x, torch.Tensor) and x.dim() > 2 and not x.is_contiguous():
+        C.check_layout(x, "x")
+    if residual is not None and isinstance(residual, torch.Tensor) and residual.dim() > 2 \
+            and not residual.is_contiguous():
+        C.check_layout(residual, "residual")
     return apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
 
 
@@ -118,14 +123,12 @@ def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
     main_grad, out_dtype). In eager the kernels' own checks gate the call, and a refusal re-runs
     the Python checks for the documented error; traced calls check up front."""
     if not _eager():
-        C.check_forward_inputs(x, w, residual)
+        C.check_forward_inputs(x, w, residual, layout=False)
         return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
     try:
-        if x.dim() > 2 and not x.is_contiguous():
-            C.check_layout(x, "x")
         return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
     except Exception:
-        C.check_forward_inputs(x, w, residual)  # raises the documented TypeError / ValueError
+        C.check_forward_inputs(x, w, residual, layout=False)  # raises the documented error
         raise
 
 
