@@ -29,9 +29,12 @@ inline cake_dtype_t to_cake_dtype(const Tensor& t, const char* name) {
   return CAKE_DTYPE_FP32;
 }
 
+// A shim call's status as an exception (the macro torch names for this changed across releases).
+#define CAKE_SHIM_CHECK(call) STD_TORCH_CHECK((call) == AOTI_TORCH_SUCCESS, "cake_rmsnorm: " #call " failed")
+
 inline int32_t device_type(const Tensor& t) {
   int32_t d = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(t.get(), &d));
+  CAKE_SHIM_CHECK(aoti_torch_get_device_type(t.get(), &d));
   return d;
 }
 
@@ -113,7 +116,7 @@ inline Tensor empty_on(const Tensor& like, const int64_t* sizes, int64_t ndim, S
     step *= sizes[i] > 1 ? sizes[i] : 1;
   }
   AtenTensorHandle h = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, sizes, strides.data(), aoti_dtype(dtype),
+  CAKE_SHIM_CHECK(aoti_torch_empty_strided(ndim, sizes, strides.data(), aoti_dtype(dtype),
                                                          device_type(like), like.get_device_index(), &h));
   return Tensor(h);
 }
