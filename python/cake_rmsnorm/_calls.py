@@ -13,7 +13,7 @@ import torch
 
 from ._lib import direct, ops
 
-__all__ = ["fwd", "fwd_residual", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "DIRECT"]
+__all__ = ["fwd", "fwd_residual", "fwd_eager", "fwd_residual_eager", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "DIRECT"]
 
 DIRECT = direct is not None  # the direct binding is available (torch >= 2.14)
 
@@ -34,6 +34,17 @@ _bwd_out = ops.bwd_out.default
 def eager() -> bool:
     """True where a call may skip the dispatcher: not tracing, no dispatch mode, no functorch."""
     return DIRECT and not _is_compiling() and not _modes() and not _functorch()
+
+
+def fwd_eager(x, w, eps, out_dtype=None):
+    """fwd where the caller has just seen eager() hold (one guard a call, not two)."""
+    r = direct.fwd(x, w, eps, out_dtype)
+    return _fwd(x, w, eps, out_dtype) if r is _NI else r
+
+
+def fwd_residual_eager(x, residual, w, eps, out_dtype=None):
+    r = direct.fwd_residual(x, residual, w, eps, out_dtype)
+    return _fwd_residual(x, residual, w, eps, out_dtype) if r is _NI else r
 
 
 def fwd(x, w, eps, out_dtype=None):

@@ -11,6 +11,8 @@ from ._calls import bwd_dx as _bwd_dx
 from ._calls import bwd_out as _bwd_out
 from ._calls import fwd as _fwd
 from ._calls import fwd_residual as _fwd_residual
+from ._calls import fwd_eager as _fwd_eager
+from ._calls import fwd_residual_eager as _fwd_residual_eager
 
 __all__ = ["CakeRMSNormFunction", "cake_rmsnorm"]
 
@@ -124,21 +126,21 @@ def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
     the Python checks for the documented error; traced calls check up front."""
     if not _eager():
         C.check_forward_inputs(x, w, residual, layout=False)
-        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
+        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd, _fwd_residual)
     try:
-        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
+        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd_eager, _fwd_residual_eager)
     except Exception:
         C.check_forward_inputs(x, w, residual, layout=False)  # raises the documented error
         raise
 
 
-def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype):
+def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, fwd, fwd_residual):
     """CakeRMSNormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd
     node to build: inference, frozen layers, activation recompute)."""
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
         return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
     if residual is None:
-        return _fwd(x, w, eps, out_dtype)[0]
-    y, _, h = _fwd_residual(x, residual, w, eps, out_dtype)
+        return fwd(x, w, eps, out_dtype)[0]
+    y, _, h = fwd_residual(x, residual, w, eps, out_dtype)
     return y, h
