@@ -123,6 +123,10 @@ def markdown(rows, meta):
              "| model | hidden | layers | tokens | mode | amp | unpatched ms | patched ms | patched / unpatched "
              "| first loss (unpatched / patched) | CUDA graphs skipped (unpatched / patched) |", "|---" * 11 + "|"]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['hidden']} | {r['layers']} | - | {r['mode']} | {r['amp']} | "
+                         f"failed: {r['error']} | | | | |")
+            continue
         lines.append(f"| {r['model']} | {r['hidden']} | {r['layers']} | {r['tokens']} | {r['mode']} | "
                      f"{r['amp']} | {r['unpatched_ms']:.2f} | {r['patched_ms']:.2f} | {r['ratio']:.3f} | "
                      f"{r['loss_unpatched']:.4f} / {r['loss_patched']:.4f} | "
@@ -158,7 +162,11 @@ def main(argv=None):
                 for mode in a.modes:
                     t0 = time.time()
                     layers = min(a.layers, a.layers_4096) if hidden >= 4096 else a.layers
-                    row = run_config(model_name, hidden, layers, a.vocab, mode, amp, a.warmup, a.steps, a.block)
+                    try:
+                        row = run_config(model_name, hidden, layers, a.vocab, mode, amp, a.warmup, a.steps, a.block)
+                    except Exception as e:  # a mode torch cannot compile this model in: recorded, not fatal
+                        row = dict(model=model_name, hidden=hidden, layers=layers, mode=mode, amp=amp,
+                                   error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
                     rows.append(row)
                     print(json.dumps(row), f"({time.time() - t0:.0f} s)", flush=True)
                     with open(a.out + ".json", "w") as f:
