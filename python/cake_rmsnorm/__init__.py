@@ -79,8 +79,10 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     """
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
-    if hidden <= 0 or hidden % 8:
-        raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
+    if hidden <= 0 or hidden % 8 or hidden > 2**30:
+        raise ValueError(f"hidden must be a positive multiple of 8 up to {2**30}, got {hidden}")
+    if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int)):
+        raise TypeError(f"sm must be an int such as 90, got {type(sm).__name__}")
     if sm is None:
         sm = _device_sm(device if device is not None else torch.device("cuda"))
     routes = ROUTES if route is None else (route,)
@@ -138,10 +140,15 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-    if hidden <= 0 or hidden % 8:
-        raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
-    if tokens < 0:
-        raise ValueError(f"tokens must be >= 0, got {tokens}")
+    if hidden <= 0 or hidden % 8 or hidden > 2**30:
+        raise ValueError(f"hidden must be a positive multiple of 8 up to {2**30}, got {hidden}")
+    if not 0 <= tokens <= 2**62:
+        raise ValueError(f"tokens must be >= 0 and at most {2**62}, got {tokens}")
+    for name, v in (("sm", sm), ("sms", sms)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if sms is not None and not 1 <= sms <= 1 << 20:
+        raise ValueError(f"sms must be a positive SM count, got {sms}")
     fp32 = dtype == torch.float32
     weight_dtype = weight_dtype if weight_dtype is not None else (torch.float32 if fp32 else dtype)
     out_dtype = out_dtype if out_dtype is not None else dtype

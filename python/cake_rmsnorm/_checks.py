@@ -16,10 +16,34 @@ FP32_CUDA_MAX_HIDDEN = 16384
 
 
 def _fake(t: torch.Tensor) -> bool:
-    """True under tracing (fake or functional tensors), where data pointers do not exist."""
+    """True under tracing (fake or functional tensors), where data pointers do not exist; a
+    subclass with real storage (checked like a plain tensor) is not."""
     if torch.compiler.is_compiling():
         return True
-    return type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter)
+    if type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter):
+        return False
+    try:
+        t.untyped_storage().data_ptr()
+    except Exception:  # fake, functional, meta or wrapper tensors: no memory to compare
+        return True
+    return t.device.type == "meta"
+
+
+def check_writable(out: torch.Tensor, name: str) -> None:
+    """A caller output the kernels can write in full: no expanded (stride-0) or internally
+    overlapping elements, and no leaf that requires grad (autograd forbids writing it)."""
+    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
+        raise ValueError(f"{name} is a leaf tensor that requires grad: autograd forbids writing it in place")
+    if any(st == 0 and n > 1 for n, st in zip(out.shape, out.stride())):
+        raise ValueError(f"{name} has an expanded (stride-0) dimension: its elements alias one another; "
+                         f"pass a tensor with its own memory for each element")
+    # Dims by stride: each must step past everything the smaller-strided dims span.
+    span = 0
+    for n, st in sorted(((n, abs(st)) for n, st in zip(out.shape, out.stride()) if n > 1), key=lambda d: d[1]):
+        if st <= span:
+            raise ValueError(f"{name} overlaps itself in memory (strides {tuple(out.stride())} for shape "
+                             f"{tuple(out.shape)}): its elements alias one another")
+        span += (n - 1) * st
 
 
 def require_tensor(t, name: str) -> torch.Tensor:
@@ -152,6 +176,24 @@ def check_forward_inputs(x, w, residual, layout: bool = True) -> None:
             check_layout(residual, "residual")
     elif residual is not None and residual.dim() > 2 and not residual.is_contiguous():
         check_layout(residual, "residual")
+
+
+_FORWARD_AD = ("cake_rmsnorm has no forward-mode derivative (torch.func.jvp, jacfwd, forward_ad dual tensors): "
+               "its fused backward is reverse-mode only; use torch.nn.functional.rms_norm where a jvp is needed")
+
+
+def check_forward_mode(x, w, residual) -> None:
+    """Forward-mode AD is refused by name rather than answered with zero tangents."""
+    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+        from torch._C._functorch import TransformType, peek_interpreter_stack
+        top = peek_interpreter_stack()
+        if top is not None and top.key() == TransformType.Jvp:
+            raise NotImplementedError(_FORWARD_AD)
+    import torch.autograd.forward_ad as fw
+    if fw._current_level >= 0:
+        for t in (x, w, residual):
+            if isinstance(t, torch.Tensor) and fw.unpack_dual(t).tangent is not None:
+                raise NotImplementedError(_FORWARD_AD)
 
 
 def check_main_grad(main_grad, x) -> None:

@@ -3,6 +3,7 @@
 from typing import Optional
 
 import torch
+import torch.autograd.forward_ad as _fw_ad
 
 from . import _checks as C
 from ._calls import bwd as _bwd
@@ -125,8 +126,11 @@ def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
     main_grad, out_dtype). In eager the kernels' own checks gate the call, and a refusal re-runs
     the Python checks for the documented error; traced calls check up front."""
     if not _eager():
+        C.check_forward_mode(x, w, residual)
         C.check_forward_inputs(x, w, residual, layout=False)
         return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd, _fwd_residual)
+    if _fw_ad._current_level >= 0:  # inside forward_ad.dual_level(): dual tensors may come in
+        C.check_forward_mode(x, w, residual)
     try:
         return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd_eager, _fwd_residual_eager)
     except Exception:

@@ -17,9 +17,20 @@ __all__ = [
 ]
 
 
+MAX_ROWS = 2**62  # the C API's int64 sizes, with room for rows * hidden
+MAX_HIDDEN = 2**30  # the C API's widest row
+
+
 def _device(device) -> torch.device:
+    if isinstance(device, bool):
+        raise TypeError("device must be a torch.device, str or int, got bool")
+    if isinstance(device, int) and device < 0:
+        raise ValueError(f"device must be a CPU or CUDA device, got the index {device}")
     if isinstance(device, (str, int)):
-        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        try:
+            device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"device must be a CPU or CUDA device, got {device!r} ({e})") from None
     if not isinstance(device, torch.device):
         raise TypeError(f"device must be a torch.device, str or int, got {type(device).__name__}")
     if device.type not in ("cpu", "cuda"):
@@ -33,10 +44,10 @@ def _check_rows_hidden(rows, hidden):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or type(v).__name__ == "bool_":
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     rows, hidden = int(rows), int(hidden)
-    if rows < 0:
-        raise ValueError(f"rows must be >= 0, got {rows}")
-    if hidden <= 0 or hidden % 8:
-        raise ValueError(f"hidden must be a positive multiple of 8, got {hidden}")
+    if not 0 <= rows <= MAX_ROWS:
+        raise ValueError(f"rows must be >= 0 and at most {MAX_ROWS}, got {rows}")
+    if hidden <= 0 or hidden % 8 or hidden > MAX_HIDDEN:
+        raise ValueError(f"hidden must be a positive multiple of 8 up to {MAX_HIDDEN}, got {hidden}")
     return rows, hidden
 
 
@@ -87,6 +98,7 @@ def _check_out(out, ref: torch.Tensor, shape, dtype, name):
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(out.shape)}")
     C.check_device(out, ref, name)
+    C.check_writable(out, name)
 
 
 def cake_rmsnorm_train_forward(

@@ -1,12 +1,13 @@
 """`RMSNorm`: a `torch.nn.RMSNorm` subclass that runs the fused kernels."""
 
 import math
+import numbers
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ._checks import _BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps
+from ._checks import _BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps, check_main_grad
 from .autograd import apply
 
 __all__ = ["RMSNorm"]
@@ -52,8 +53,15 @@ class RMSNorm(nn.RMSNorm):
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  device=None, dtype=None, *, zero_centered: bool = False, deterministic: bool = True,
                  accumulate_main_grad: bool = False):
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        if not shape or any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 for n in shape):
+        def _int(n):
+            return isinstance(n, numbers.Integral) and not isinstance(n, bool) and type(n).__name__ != "bool_"
+        if _int(normalized_shape):
+            shape = (int(normalized_shape),)
+        elif isinstance(normalized_shape, (tuple, list, torch.Size)) and all(_int(n) for n in normalized_shape):
+            shape = tuple(int(n) for n in normalized_shape)
+        else:
+            raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
+        if not shape or any(n <= 0 for n in shape):
             raise ValueError(f"normalized_shape must be a positive int or a tuple of them, got {normalized_shape!r}")
         for name, v in (("elementwise_affine", elementwise_affine), ("zero_centered", zero_centered),
                         ("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad)):
@@ -170,6 +178,8 @@ class RMSNorm(nn.RMSNorm):
             main_grad = getattr(self.weight, "main_grad", None)
             if main_grad is not None and k > 1:
                 main_grad = main_grad.view(width)
+            if main_grad is not None:
+                check_main_grad(main_grad, x)  # refused here, by name, not in the backward
         w = self._effective_weight(x.dtype, width, x.device)
         if k > 1:  # several trailing dims: one row of their product
             shape = x.shape

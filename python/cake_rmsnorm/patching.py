@@ -121,6 +121,16 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
     warning names the RMSNorm-like ones. ``unpatch(model, report)`` (or the ``patched`` context
     manager) restores the originals.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, v in (("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+    if isinstance(model, RMSNorm) or type(model) is nn.RMSNorm or (
+            _norm_like(model) and not list(model.children()) and probe_norm(model)[0] is not None):
+        # patch() replaces submodules in place; a norm at the top has no parent to hold the new one
+        raise ValueError(f"model is itself a norm ({type(model).__name__}): patch() replaces the norms inside a "
+                         f"model; wrap it, or build cake_rmsnorm.RMSNorm.from_module(norm, ...) directly")
     report = PatchReport()
     for path, module in list(model.named_modules()):
         if not path or isinstance(module, RMSNorm):
@@ -139,6 +149,11 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         new = RMSNorm.from_module(module, zero_centered, eps, deterministic=deterministic,
                                   accumulate_main_grad=accumulate_main_grad)
         new.train(module.training)
+        # The original's hooks run on the new module (a hook sees the new module as its first argument).
+        for attr in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs",
+                     "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called"):
+            if hasattr(module, attr):
+                getattr(new, attr).update(getattr(module, attr))
         _set_submodule(model, path, new)
         report.replaced.append((path, cls))
         report._originals[path] = module

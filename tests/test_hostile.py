@@ -1,0 +1,125 @@
+"""Hostile input: refused by name before anything is written (docs/refusals.md)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.autograd.forward_ad as fw
+from torch import nn
+
+import cake_rmsnorm as cr
+
+
+def _xw(T=4, H=16, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(T, H, generator=g).to(dtype), torch.ones(H, dtype=dtype)
+
+
+@pytest.mark.parametrize("how", ["jvp", "jacfwd", "module_jvp", "dual"])
+def test_forward_mode_ad_is_refused(how):
+    x, w = _xw(dtype=torch.float32)
+    with pytest.raises(NotImplementedError, match="no forward-mode derivative"):
+        if how == "jvp":
+            torch.func.jvp(lambda t: cr.cake_rmsnorm(t, w), (x,), (x,))
+        elif how == "jacfwd":
+            torch.func.jacfwd(lambda t: cr.cake_rmsnorm(t, w))(x)
+        elif how == "module_jvp":
+            torch.func.jvp(cr.RMSNorm(16), (x,), (x,))
+        else:
+            with fw.dual_level():
+                cr.cake_rmsnorm(fw.make_dual(x, torch.ones_like(x)), w)
+
+
+def test_plain_calls_inside_a_dual_level_still_run():
+    x, w = _xw()
+    with fw.dual_level():
+        torch.testing.assert_close(cr.cake_rmsnorm(x, w), cr.cake_rmsnorm_train_forward(x, w, 1e-6)[0])
+
+
+def _sentinel_out(kind, x):
+    if kind == "expanded":
+        return torch.full((x.shape[1],), 7.0, dtype=x.dtype).expand_as(x), "expanded"
+    if kind == "overlapping":
+        return torch.full((x.shape[0] + x.shape[1],), 7.0, dtype=x.dtype).as_strided(x.shape, (1, 1)), "overlaps itself"
+    return torch.full(x.shape, 7.0, dtype=x.dtype, requires_grad=True), "leaf tensor that requires grad"
+
+
+@pytest.mark.parametrize("kind", ["expanded", "overlapping", "leaf"])
+@pytest.mark.parametrize("arg", ["out", "residual_out", "dx"])
+def test_caller_outputs_refused_with_nothing_written(kind, arg):
+    x, w = _xw()
+    out, match = _sentinel_out(kind, x)
+    before = out.detach().clone()
+    with pytest.raises(ValueError, match=f"{arg} .*{match}|{arg} is a {match}|{arg} has an {match}"):
+        if arg == "dx":
+            _, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+            cr.cake_rmsnorm_train_backward(torch.randn_like(x), x, w, rstd, dx=out)
+        else:
+            kw = {arg: out}
+            cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=torch.randn_like(x), **kw)
+    assert torch.equal(out.detach(), before), "a refused call wrote a caller buffer"
+
+
+def test_a_subclass_output_is_checked_for_overlap():
+    class Sub(torch.Tensor):
+        pass
+
+    x, w = _xw()
+    xs = x.clone().as_subclass(Sub)
+    before = xs.clone()
+    with pytest.raises(ValueError, match="overlaps x"):
+        cr.cake_rmsnorm_train_forward(xs, w, 1e-6, out=xs)
+    assert torch.equal(xs.as_subclass(torch.Tensor), before.as_subclass(torch.Tensor))
+
+
+@pytest.mark.parametrize("eps", [1e39, 10**400])
+def test_eps_out_of_float32_range_is_refused(eps):
+    x, w = _xw()
+    with pytest.raises(ValueError, match="eps must be finite"):
+        cr.cake_rmsnorm(x, w, eps)
+    with pytest.raises(ValueError, match="eps must be finite"):
+        cr.RMSNorm(16, eps=eps)
+
+
+def test_module_checks_its_arguments():
+    for bad in (8.0, None, "8"):
+        with pytest.raises(TypeError, match="normalized_shape"):
+            cr.RMSNorm(bad)
+    assert cr.RMSNorm(np.int64(8)).normalized_shape == (8,)
+    x, _ = _xw()
+    m = cr.RMSNorm(16, dtype=x.dtype, accumulate_main_grad=True)
+    m.weight.main_grad = torch.zeros(16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="main_grad must be float32"):
+        m(x.requires_grad_())
+
+
+def test_patch_checks_its_arguments_and_keeps_hooks():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        cr.patch(None)
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        cr.patch(nn.Sequential(nn.RMSNorm(8)), deterministic="x")
+    with pytest.raises(ValueError, match="model is itself a norm"):
+        cr.patch(nn.RMSNorm(8))
+    m = nn.Sequential(nn.RMSNorm(8))
+    seen = []
+    m[0].register_forward_hook(lambda mod, i, o: seen.append(type(mod)))
+    cr.patch(m)
+    m(torch.randn(2, 8))
+    assert seen == [cr.RMSNorm]
+
+
+def test_sizes_and_devices_are_checked_where_they_enter():
+    with pytest.raises(ValueError, match="rows must be >= 0 and at most"):
+        cr.cake_rmsnorm_train_backward_workspace_bytes(2**64, 64)
+    with pytest.raises(ValueError, match="hidden must be a positive multiple of 8 up to"):
+        cr.cake_rmsnorm_train_backward_workspace_bytes(8, 2**40)
+    for dev in ("tpu", -1):
+        with pytest.raises(ValueError, match="device must be a CPU or CUDA device"):
+            cr.cake_rmsnorm_train_backward_workspace_bytes(8, 64, dev)
+    with pytest.raises(TypeError, match="sm must be an int"):
+        cr.program_windows(hidden=64, sm="90")
+    with pytest.raises(ValueError, match="tokens must be >= 0 and at most"):
+        cr.launch_plan("fwd", 64, 2**64, sm=90, sms=132)
+    with pytest.raises(ValueError, match="sms must be a positive"):
+        cr.launch_plan("fwd", 64, 8, sm=90, sms=0)
+    with pytest.raises(ValueError, match="hidden must be a positive multiple of 8 up to"):
+        cr.launch_plan("fwd", 2**40, 8, sm=90, sms=132)
