@@ -86,7 +86,8 @@ def cake_rmsnorm(
         ``[H]`` weight, x's dtype or FP32 (any of the three with FP32 x). With
         ``requires_grad=False`` the backward skips dw.
     eps : float
-        Variance epsilon (a Python or NumPy float; symbolic under torch.compile).
+        Variance epsilon (a Python or NumPy float, finite, >= 0 and within FP32; under torch.compile a
+        Python float is specialised, one graph per value, as for F.rms_norm).
     residual : torch.Tensor, optional
         When given, ``h_new = cast(x + residual)`` is normalised and returned too.
     deterministic : bool
