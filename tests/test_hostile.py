@@ -123,3 +123,43 @@ def test_sizes_and_devices_are_checked_where_they_enter():
         cr.launch_plan("fwd", 64, 8, sm=90, sms=0)
     with pytest.raises(ValueError, match="hidden must be a positive multiple of 8 up to"):
         cr.launch_plan("fwd", 2**40, 8, sm=90, sms=132)
+
+
+def _nonfinite_case(case, dtype, device):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 64, generator=g)
+    gy = torch.randn(6, 64, generator=g)
+    if case == "inf_x":
+        x[2, 7] = float("inf")
+    elif case == "overflow_x":  # the row's sum of squares overflows FP32
+        x[2, 7] = 1e30 if dtype == torch.float32 else 1e20
+    else:  # an Inf in the gradient of y
+        gy[4, 9] = float("inf")
+    return x.to(device, dtype), gy.to(device, dtype)
+
+
+def _same_nonfinite(a, b, name):
+    a, b = a.float().cpu(), b.float().cpu()
+    assert torch.equal(a.isnan(), b.isnan()), f"{name}: NaN at {a.isnan().nonzero().tolist()}, torch's at {b.isnan().nonzero().tolist()}"
+    assert torch.equal(a.isinf() & (a > 0), b.isinf() & (b > 0)) and torch.equal(a.isinf() & (a < 0), b.isinf() & (b < 0)), name
+    fin = a.isfinite()
+    torch.testing.assert_close(a[fin], b[fin], atol=2e-2, rtol=2e-2, msg=name)
+
+
+@pytest.mark.parametrize("device", [d for d in ("cpu", "cuda") if d == "cpu" or torch.cuda.is_available()])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["inf_x", "overflow_x", "inf_g"])
+def test_nonfinite_values_stay_where_torch_keeps_them(case, dtype, device):
+    """One Inf (or a row whose sum of squares overflows) poisons what F.rms_norm's does and no
+    more: its element of y and dx's row, one column of dw; an Inf in g makes its column of dw
+    Inf, not NaN. The compensated sums carry IEEE's result once they leave the finite range."""
+    x, gy = _nonfinite_case(case, dtype, device)
+    w = torch.linspace(0.5, 1.5, 64).to(device, dtype)
+    outs = []
+    for f in (lambda a, b: cr.cake_rmsnorm(a, b, 1e-6), lambda a, b: torch.nn.functional.rms_norm(a, (64,), b, 1e-6)):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = f(xs, ws)
+        dx, dw = torch.autograd.grad(y, (xs, ws), gy)
+        outs.append((y, dx, dw))
+    for name, a, b in zip(("y", "dx", "dw"), *outs):
+        _same_nonfinite(a, b, f"{case} {name}")

@@ -8,19 +8,24 @@
 
 namespace cake {
 
+// A compensation term while the sum t is finite, else 0: once a sum overflows or meets an Inf
+// or NaN it carries IEEE's result alone (inf - inf in the error term would turn an Inf into a
+// NaN and spread it), as an uncompensated sum would. Finite sums keep their bits.
+CAKE_HD inline float while_finite(float t, float e) { return fabsf(t) <= 3.40282346638528859811704183484516925e+38f ? e : 0.f; }
+
 // Kahan: s + c carries the running sum to about twice FP32's precision (c holds the negated
 // error), so a chunk's dw partial does not grow an error with its row count.
 CAKE_HD inline void kahan_add(float& s, float& c, float v) {
   const float y = v - c;
   const float t = s + y;
-  c = (t - s) - y;
+  c = while_finite(t, (t - s) - y);
   s = t;
 }
 
 // Neumaier: c accumulates every addition's rounding error (the sum is s + c).
 CAKE_HD inline void neumaier_add(float& s, float& c, float v) {
   const float t = s + v;
-  c += fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s;
+  c = while_finite(t, c + (fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s));
   s = t;
 }
 
@@ -29,7 +34,7 @@ CAKE_HD inline void neumaier_add(float& s, float& c, float v) {
 CAKE_HD inline void neumaier_merge(float& s, float& c, float s2, float c2) {
   const float t = s + s2;
   const float e = fabsf(s) >= fabsf(s2) ? (s - t) + s2 : (s2 - t) + s;
-  c = (c + c2) + e;
+  c = while_finite(t, (c + c2) + e);
   s = t;
 }
 

@@ -34,6 +34,8 @@ def check_writable(out: torch.Tensor, name: str) -> None:
     overlapping elements, and no leaf that requires grad (autograd forbids writing it)."""
     if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
         raise ValueError(f"{name} is a leaf tensor that requires grad: autograd forbids writing it in place")
+    if _fake(out):  # traced: strides may be symbolic and the compiled graph is functional
+        return
     if any(st == 0 and n > 1 for n, st in zip(out.shape, out.stride())):
         raise ValueError(f"{name} has an expanded (stride-0) dimension: its elements alias one another; "
                          f"pass a tensor with its own memory for each element")
