@@ -238,7 +238,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? __fadd_rn(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);
-          if (!hi) kahan_add(acc[k][j], comp[k][j], prod[j]);
+          if (!hi) kahan_add_hot(acc[k][j], comp[k][j], prod[j]);
         }
         if (hi) {  // into this vector's g and x slots, read above (stage 0: one row a chunk)
           sts16f(src + k * kstep, prod[0], prod[1], prod[2], prod[3]);
@@ -288,7 +288,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
                                  __uint_as_float(a.w), __uint_as_float(b.x), __uint_as_float(b.y),
                                  __uint_as_float(b.z), __uint_as_float(b.w)};
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) kahan_add(acc[k][j], comp[k][j], q[j]);
+          for (int j = 0; j < kVec; ++j) kahan_add_hot(acc[k][j], comp[k][j], q[j]);
         }
       }
       if (tpr >= 32) pair_barrier<kTpr>(pair_bar, unit, 2 * tpr);  // read: the high group may refill
@@ -320,7 +320,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T>(load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec), gf);
         unpack8<T>(load16(static_cast<const T*>(p.x) + row * p.x_stride + v * kVec), xf);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) kahan_add(a[j], e[j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
+        for (int j = 0; j < kVec; ++j) kahan_add_hot(a[j], e[j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
       }
 #pragma unroll
       for (int j = 0; j < kVec; ++j) part[v * kVec + j] = __fsub_rn(a[j], e[j]);

@@ -39,7 +39,7 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
         unpack8<T>(gv[u], gf);
         unpack8<T>(xv[u], xf);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) kahan_add(acc[u][j], comp[u][j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
+        for (int j = 0; j < kVec; ++j) kahan_add_hot(acc[u][j], comp[u][j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
       }
     };
     auto load_row = [&](int64_t row, uint4 (&gv)[kDwColVecs], uint4 (&xv)[kDwColVecs]) {

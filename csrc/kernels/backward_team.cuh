@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_tea
           if (q < n) {
             const float* src = sp + q * kH + wl * kCols;
 #pragma unroll
-            for (int j = 0; j < kCols; ++j) kahan_add(acc[j], comp[j], src[j]);
+            for (int j = 0; j < kCols; ++j) kahan_add_hot(acc[j], comp[j], src[j]);
           }
         }
         __syncwarp();  // read: the next batch may overwrite the slice

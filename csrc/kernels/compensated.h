@@ -22,6 +22,16 @@ CAKE_HD inline void kahan_add(float& s, float& c, float v) {
   s = t;
 }
 
+// kahan_add without the finite-range guard, for the GPU backward's per-row dw sums: the same
+// bits for finite terms, an Inf term turns the column NaN (guarding there measured 1-3 % of
+// backward time at H 1536 and 4096, docs/refusals.md).
+CAKE_HD inline void kahan_add_hot(float& s, float& c, float v) {
+  const float y = v - c;
+  const float t = s + y;
+  c = (t - s) - y;
+  s = t;
+}
+
 // Neumaier: c accumulates every addition's rounding error (the sum is s + c).
 CAKE_HD inline void neumaier_add(float& s, float& c, float v) {
   const float t = s + v;

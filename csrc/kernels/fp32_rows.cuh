@@ -262,10 +262,10 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
         store4(dx + 4 * v, d);
         if (want_dw) {
           const float4 q = mul4(gv[k], b);
-          kahan_add(acc[k].x, comp[k].x, q.x);
-          kahan_add(acc[k].y, comp[k].y, q.y);
-          kahan_add(acc[k].z, comp[k].z, q.z);
-          kahan_add(acc[k].w, comp[k].w, q.w);
+          kahan_add_hot(acc[k].x, comp[k].x, q.x);
+          kahan_add_hot(acc[k].y, comp[k].y, q.y);
+          kahan_add_hot(acc[k].z, comp[k].z, q.z);
+          kahan_add_hot(acc[k].w, comp[k].w, q.w);
         }
       }
     }
