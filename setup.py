@@ -3,8 +3,9 @@ stable ABI) and, when nvcc is found, fatbins for every shipped architecture.
 
 Knobs (environment):
   CAKE_CUDA_ARCHS   semicolon list of archs to build, default every shipped one ("90a;100a;103a;107a",
-                    csrc/include/cake_rmsnorm/cake_rmsnorm_archs.h) where a CUDA device is visible; without one (and without this variable) the build is
-                    CPU-only. An arch the installed nvcc does not list is skipped, and said so
+                    csrc/include/cake_rmsnorm/cake_rmsnorm_archs.h) wherever a CUDA toolkit is found,
+                    with or without a visible GPU. An arch the installed nvcc does not list is skipped,
+                    and said so
   CAKE_FORCE_CPU=1  build the CPU-only library even when nvcc exists
   MAX_JOBS          parallel compiler jobs (torch's ninja build honours it)
   NVCC_THREADS      nvcc --threads per job (default 1)
@@ -114,18 +115,19 @@ def cuda_archs(nvcc):
     return archs, version
 
 
-def _want_cuda():
-    """CUDA fatbins unless nothing asks for them: CAKE_CUDA_ARCHS set, or a CUDA device visible.
-    A machine with neither (a CPU-only box, CI's) builds the CPU-only library in seconds; set
-    CAKE_CUDA_ARCHS there to build the fatbins (wheels)."""
-    if os.environ.get("CAKE_CUDA_ARCHS"):
-        return True
-    import torch
-    if torch.cuda.is_available():
-        return True
-    log("no CUDA device visible and CAKE_CUDA_ARCHS unset: building the CPU-only library "
-        f"(set CAKE_CUDA_ARCHS=\"{DEFAULT_ARCHS}\" for the GPU fatbins)")
-    return False
+def write_build_info(summary):
+    """The build's one-line summary as a generated header (build/gen): the library returns it
+    (cake_rmsnorm_build_info) and `python -m cake_rmsnorm info` prints it, so it reaches the user
+    even through pip's quiet output."""
+    gen = ROOT / "build" / "gen"
+    gen.mkdir(parents=True, exist_ok=True)
+    text = summary.replace("\\", "/").replace('"', "'")
+    header = gen / "cake_rmsnorm_build_info.h"
+    content = f'#pragma once\n#define CAKE_BUILD_SUMMARY "{text}"\n'
+    if not header.exists() or header.read_text() != content:
+        header.write_text(content)
+    log(summary)
+    return str(gen)
 
 
 def make_extension():
@@ -147,16 +149,25 @@ def make_extension():
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
     sources += ["csrc/torch/ops.cpp", "csrc/torch/direct.cpp"]
 
-    found = find_nvcc() if _want_cuda() else None
+    # CUDA wherever a toolkit is found, with or without a visible GPU (a cluster's login node
+    # builds for its GPU nodes); CPU-only without one, or with CAKE_FORCE_CPU=1.
+    found = find_nvcc()
     nvcc = found[0] if found else None
     archs, version = cuda_archs(nvcc) if nvcc else ([], (0, 0))
     if not archs:
-        if nvcc:
-            log("no CUDA arch left to build: building the CPU-only library")
+        if os.environ.get("CAKE_FORCE_CPU") == "1":
+            why = "CAKE_FORCE_CPU=1"
+        elif nvcc:
+            why = f"nvcc {version[0]}.{version[1]} lists none of the requested architectures"
+        else:
+            why = "no CUDA toolkit found (CUDA_HOME, nvcc on PATH, /usr/local/cuda)"
+        include_dirs.append(write_build_info(f"CPU-only: {why}"))
         return CppExtension(
             "cake_rmsnorm._C", sources, include_dirs=include_dirs, py_limited_api=True,
             extra_compile_args={"cxx": cxx + ["-DCAKE_WITH_CUDA=0"]}, extra_link_args=link_args,
         ), None
+    include_dirs.append(write_build_info(
+        f"CUDA {version[0]}.{version[1]} (nvcc {nvcc}) for {', '.join('sm_' + a for a in archs)}"))
 
     # torch's BuildExtension takes nvcc from its CUDA_HOME, read when torch.utils.cpp_extension
     # was imported (from the wrapper's folder when nvcc on PATH is a script): set both.

@@ -191,6 +191,10 @@ inline void raise_status(cake_status_t st, const char* what) {
   if (st == CAKE_OK) return;
   std::string msg = std::string("cake_rmsnorm ") + what + ": " + cake_rmsnorm_status_string(st);
   if (st == CAKE_ERR_CUDA) msg += std::string(" (") + cake_rmsnorm_last_cuda_error() + ")";
+  if (st == CAKE_ERR_NO_CUDA || st == CAKE_ERR_ARCH)
+    msg += std::string(" (this library: ") + cake_rmsnorm_build_info() +
+           (st == CAKE_ERR_NO_CUDA ? "; rebuild where nvcc is on PATH or CUDA_HOME is set: pip install "
+                                     "--no-build-isolation --force-reinstall --no-deps ." : "") + ")";
   STD_TORCH_CHECK(false, msg);
 }
 

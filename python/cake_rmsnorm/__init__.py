@@ -11,7 +11,7 @@ import os
 import torch
 
 from ._version import __version__
-from ._lib import SHIPPED_ARCHS, built_archs, library_path, ops, plan as _plan, windows as _windows
+from ._lib import SHIPPED_ARCHS, build_info, built_archs, library_path, ops, plan as _plan, windows as _windows
 from . import _registrations  # noqa: F401  (fakes of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
 from .nn import RMSNorm
@@ -202,9 +202,11 @@ __all__ = [
     "cake_rmsnorm_det_train_backward_workspace_bytes",
     "cake_rmsnorm_det_train_backward_workspace",
     "weight_dtypes",
+    "saturating_workspace_rows",
     "program_windows",
     "launch_plan",
     "built_archs",
+    "build_info",
     "SHIPPED_ARCHS",
     "get_include",
     "get_library_path",

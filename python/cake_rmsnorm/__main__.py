@@ -93,6 +93,7 @@ def main(argv=None):
         import cake_rmsnorm as cr
         print(f"cake-rmsnorm {cr.__version__}, torch {torch.__version__}")
         print(f"library: {cr.get_library_path()}")
+        print(f"build: {cr.build_info()}")
         print(f"CUDA archs built: {', '.join(f'sm_{a}a' for a in cr.built_archs()) or 'none (CPU-only build)'}")
         print(f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device'}")
         return 0

@@ -67,7 +67,18 @@ def check_activation(x, name: str = "x") -> torch.Tensor:
         raise ValueError(f"hidden size ({name}.shape[-1]) must be a positive multiple of 8, got {hidden}")
     if x.dtype == torch.float32 and x.is_cuda and hidden > FP32_CUDA_MAX_HIDDEN:
         raise ValueError(f"float32 {name} on CUDA: hidden size up to {FP32_CUDA_MAX_HIDDEN}, got {hidden}")
+    check_built_for(x)
     return x
+
+
+def check_built_for(x: torch.Tensor) -> None:
+    """A CUDA tensor needs kernels for its device: a RuntimeError naming the build and the
+    device's architecture otherwise (a CPU-only library, an older GPU)."""
+    if isinstance(x, torch.Tensor) and x.is_cuda and not _fake(x):
+        from ._lib import cuda_refusal
+        why = cuda_refusal(x.get_device())
+        if why:
+            raise RuntimeError(why)
 
 
 def check_grad_like(t, x: torch.Tensor, name: str):
@@ -168,6 +179,8 @@ def check_forward_inputs(x, w, residual, layout: bool = True) -> None:
     if not fast:
         check_activation(x)
         check_weight(w, x)
+    elif not layout:  # after a refusal in eager: a CUDA x may lack kernels for its device
+        check_built_for(x)
     if residual is not None:
         check_like(residual, x, "residual")
     if not layout:  # the module serves every layout (through one copy where rows do not collapse)

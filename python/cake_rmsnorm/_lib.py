@@ -68,6 +68,7 @@ _c.cake_rmsnorm_set_one_launch.argtypes = [ctypes.c_int]
 _c.cake_rmsnorm_set_warp_chunks.restype = ctypes.c_int
 _c.cake_rmsnorm_set_warp_chunks.argtypes = [ctypes.c_int]
 
+_c.cake_rmsnorm_build_info.restype = ctypes.c_char_p
 _c.cake_rmsnorm_shipped_archs.restype = ctypes.c_int
 _c.cake_rmsnorm_shipped_archs.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
 
@@ -111,6 +112,32 @@ def backward_chunks(rows: int, hidden: int) -> int:
 
 def saturating_rows(hidden: int) -> int:
     return int(_c.cake_rmsnorm_backward_saturating_rows(hidden))
+
+
+def build_info() -> str:
+    """How the library was built, in one line: CUDA toolkit and architectures, or CPU-only and why."""
+    return _c.cake_rmsnorm_build_info().decode()
+
+
+_ARCH_OK = {}  # CUDA device index -> None (served) or the refusal's text
+
+
+def cuda_refusal(index: int):
+    """None where the library has kernels for CUDA device `index`, else why not (cached)."""
+    if index in _ARCH_OK:
+        return _ARCH_OK[index]
+    built = built_archs()
+    major, minor = torch.cuda.get_device_capability(index)
+    sm = 10 * major + minor
+    why = None
+    if not built:
+        why = (f"cake_rmsnorm was built without CUDA kernels ({build_info()}); rebuild it where nvcc is on PATH "
+               f"or CUDA_HOME is set: pip install --no-build-isolation --force-reinstall --no-deps .")
+    elif sm not in built:
+        why = (f"cake_rmsnorm has no kernels for {torch.cuda.get_device_name(index)} (sm_{sm}); it was built for "
+               f"{', '.join(f'sm_{a}a' for a in built)} ({build_info()})")
+    _ARCH_OK[index] = why
+    return why
 
 
 def built_archs() -> tuple:

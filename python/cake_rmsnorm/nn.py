@@ -2,13 +2,22 @@
 
 import math
 import numbers
+import warnings
 from typing import Optional
 
 import torch
 from torch import nn
 
 from ._checks import _BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps, check_main_grad
+from ._lib import cuda_refusal
 from .autograd import apply
+
+_WARNED = set()  # CUDA devices the module warned it runs torch's formula on
+
+
+def _kernel_refusal(x):
+    """Why the library cannot run x's device (None: it can, or x is not on CUDA)."""
+    return cuda_refusal(x.get_device()) if x.is_cuda else None
 
 __all__ = ["RMSNorm"]
 
@@ -153,8 +162,24 @@ class RMSNorm(nn.RMSNorm):
                 and x.shape[-1] == self.normalized_shape[0] and x.shape[-1] % 8 == 0
                 and (residual is None or (residual.dtype is dt and residual.shape == x.shape))):
             eps = self._eps if self._eps is not None else torch.finfo(dt).eps
-            return apply(x, w, eps, residual, self.deterministic, None, None)
+            return self._kernels(x, w, eps, residual, None, None)
         return self._forward(x, residual)
+
+    def _kernels(self, x, w, eps, residual, main_grad, out_dtype):
+        """The fused kernels; on a GPU the library has no kernels for (an older architecture, a
+        CPU-only build), torch's formula with one warning a device."""
+        if torch.compiler.is_compiling():
+            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+        try:
+            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+        except RuntimeError:
+            why = _kernel_refusal(x)
+            if why is None:
+                raise
+            if x.get_device() not in _WARNED:
+                _WARNED.add(x.get_device())
+                warnings.warn(f"{why}: cake_rmsnorm.RMSNorm runs torch's formula on this device", stacklevel=3)
+            return self._eager(x, residual)
 
     def _forward(self, x, residual):
         k = len(self.normalized_shape)
@@ -185,10 +210,10 @@ class RMSNorm(nn.RMSNorm):
             shape = x.shape
             x = x.reshape(*shape[:-k], width)
             residual = residual.reshape(*shape[:-k], width) if residual is not None else None
-            out = apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+            out = self._kernels(x, w, eps, residual, main_grad, out_dtype)
             if residual is None:
                 return out.view(shape)
             return out[0].view(shape), out[1].view(shape)
         # The ops take any layout (N-D views whose rows do not collapse are copied once) and
         # check shapes; the module's eps was checked when it was set.
-        return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+        return self._kernels(x, w, eps, residual, main_grad, out_dtype)

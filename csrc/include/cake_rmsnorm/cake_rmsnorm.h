@@ -33,7 +33,9 @@ typedef enum {
   CAKE_ERR_MISALIGNED = 3,       /* CUDA path: base or row stride not 16-byte aligned */
   CAKE_ERR_WORKSPACE = 4,        /* backward workspace missing or too small */
   CAKE_ERR_NO_CUDA = 5,          /* library built without CUDA */
-  CAKE_ERR_CUDA = 6              /* a CUDA launch failed; see cake_rmsnorm_last_cuda_error */
+  CAKE_ERR_CUDA = 6,             /* a CUDA launch failed; see cake_rmsnorm_last_cuda_error */
+  CAKE_ERR_ARCH = 7              /* the current device's architecture is not among the built ones
+                                    (cake_rmsnorm_built_archs; nothing was launched) */
 } cake_status_t;
 
 typedef enum { CAKE_DTYPE_BF16 = 0, CAKE_DTYPE_FP16 = 1, CAKE_DTYPE_FP32 = 2 } cake_dtype_t;
@@ -199,6 +201,10 @@ CAKE_API cake_status_t cake_rmsnorm_set_one_launch(int max_chunks);
  * min_chunk_rows rows; 0 never, -1 (the default) restores the architecture table's bound.
  * The outputs' bits are the same either way. */
 CAKE_API cake_status_t cake_rmsnorm_set_warp_chunks(int min_chunk_rows);
+
+/* How this library was built, in one line: the CUDA toolkit and architectures, or CPU-only and
+ * why (no toolkit found, CAKE_FORCE_CPU=1, no listed architecture). */
+CAKE_API const char* cake_rmsnorm_build_info(void);
 
 CAKE_API const char* cake_rmsnorm_status_string(cake_status_t status);
 /* The text of the last CUDA error seen by this thread ("" if none). */
