@@ -147,7 +147,7 @@ def make_extension():
     include_dirs = [str(ROOT / "csrc" / "include")]
     link_args = [f"-Wl,--version-script={ROOT / 'csrc' / 'api' / 'exports.map'}"]
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
-    sources += ["csrc/torch/ops.cpp", "csrc/torch/direct.cpp"]
+    sources.append("csrc/torch/ops.cpp")
 
     # CUDA wherever a toolkit is found, with or without a visible GPU (a cluster's login node
     # builds for its GPU nodes); CPU-only without one, or with CAKE_FORCE_CPU=1.
@@ -226,6 +226,14 @@ def main():
     from torch.utils.cpp_extension import BuildExtension
 
     ext, cuda_version = make_extension()
+    from torch.utils.cpp_extension import CppExtension
+    # The direct binding (csrc/torch/direct.cpp): a Python module of its own, so the C API's
+    # library references no Python symbol; it calls _C's exported C API.
+    direct = CppExtension(
+        "cake_rmsnorm._direct", ["csrc/torch/direct.cpp"], include_dirs=[str(ROOT / "csrc" / "include")],
+        py_limited_api=True,
+        extra_compile_args={"cxx": ["-O3", "-fvisibility=hidden", f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"]},
+        extra_link_args=[f"-Wl,--version-script={ROOT / 'csrc' / 'torch' / 'direct.map'}"])
     local = f"cu{cuda_version[0]}{cuda_version[1]}" if cuda_version else "cpu"
     BuildPyWithHeaders.full_version = f"{read_version()}+{local}"
     setup(
@@ -233,7 +241,7 @@ def main():
         version=BuildPyWithHeaders.full_version,
         package_dir={"": "python"},
         packages=find_packages("python"),
-        ext_modules=[ext],
+        ext_modules=[ext, direct],
         cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithHeaders},
         options={"bdist_wheel": {"py_limited_api": "cp39"}},
         python_requires=">=3.9",

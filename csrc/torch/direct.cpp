@@ -1,6 +1,8 @@
-// The direct binding: the op bodies called from Python without the dispatcher. The library is
-// also the Python module cake_rmsnorm._C; its functions take the registered ops' arguments and
-// run the same bodies (ops_impl.h), so outputs are the ops' bits. Tensors cross through the
+// The direct binding, the Python module cake_rmsnorm._direct: the op bodies called from Python
+// without the dispatcher. Its functions take the registered ops' arguments and run the same
+// bodies (ops_impl.h), so outputs are the ops' bits. It is a library of its own so that _C,
+// which C and C++ programs link, references no Python symbol; the C API it calls resolves
+// from _C, which cake_rmsnorm/_lib.py loads into the global namespace first. Tensors cross through the
 // stable ABI's Python shims (torch >= 2.14), looked up at run time so the library still loads on
 // older torch, where setup() answers False and Python keeps to the registered ops.
 //
@@ -248,9 +250,9 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "cake_rmsnorm._C", "The ops' bodies without the dispatcher.", -1,
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "cake_rmsnorm._direct", "The ops' bodies without the dispatcher.", -1,
                        kMethods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) PyObject* PyInit__C(void) { return PyModule_Create(&kModule); }
+extern "C" __attribute__((visibility("default"))) PyObject* PyInit__direct(void) { return PyModule_Create(&kModule); }

@@ -1,8 +1,7 @@
 """The ops, called the cheapest way that serves the call.
 
 In eager, with nothing tracing or intercepting, a call goes straight to the op bodies through
-the library's Python module (``_C``: no dispatcher, no boxing; the same bodies, so the same
-bits). Everything else goes through the registered ops (``torch.ops.cake_rmsnorm``): tracing
+the binding module ``_direct`` (no dispatcher, no boxing; the same bodies, so the same bits). Everything else goes through the registered ops (``torch.ops.cake_rmsnorm``): tracing
 under torch.compile or export (which must see the ops), an active dispatch mode or functorch
 transform, and tensors the direct path does not take (subclasses such as DTensor, fake or
 meta tensors), for which the binding answers ``NotImplemented``. The direct path needs torch's

@@ -25,11 +25,14 @@ torch.ops.load_library(library_path())
 ops = torch.ops.cake_rmsnorm
 _c = ctypes.CDLL(library_path())
 
-# The same library as a Python module: the op bodies without the dispatcher (_calls.py), where
-# torch has the stable ABI's Python shims (>= 2.14); None elsewhere.
-from . import _C  # noqa: E402
+# The op bodies without the dispatcher (_calls.py), where torch has the stable ABI's Python shims
+# (>= 2.14); None elsewhere. The binding calls _C's C API, resolved from the global namespace:
+# _C is promoted to it first (the same handle, RTLD_GLOBAL).
+ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
+from . import _direct  # noqa: E402
 
-direct = _C if _C.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32)) else None
+direct = (_direct if _direct.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32))
+          else None)
 
 
 class _Window(ctypes.Structure):
