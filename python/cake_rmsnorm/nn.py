@@ -80,6 +80,7 @@ class RMSNorm(nn.RMSNorm):
             raise ValueError("zero_centered needs a weight (elementwise_affine=True)")
         super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
         self.zero_centered = zero_centered
+        self.any_width = False  # weightless replacements of norms that keep no width (from_module)
         self.deterministic = deterministic
         self.accumulate_main_grad = accumulate_main_grad
         self.reset_parameters()
@@ -103,15 +104,20 @@ class RMSNorm(nn.RMSNorm):
         """A RMSNorm sharing ``module.weight`` (the same Parameter object, so optimizer state
         and tied references keep working); a module without a weight gives one without."""
         w = getattr(module, "weight", None)
-        shape = getattr(module, "normalized_shape", None) or tuple(w.shape)
-        new = cls(shape, eps=eps, elementwise_affine=w is not None, device="meta", zero_centered=zero_centered,
+        if not isinstance(w, nn.Parameter):  # weightless (a buffer there is no weight, nor the width it runs at)
+            w = None
+        shape = getattr(module, "normalized_shape", None) or (tuple(w.shape) if w is not None else None)
+        new = cls(shape or 1, eps=eps, elementwise_affine=w is not None, device="meta", zero_centered=zero_centered,
                   **kwargs)
         if w is not None:
             new.weight = w
+        elif shape is None:  # a weightless norm that keeps no width (Llama4's L2 norm): any last dim
+            new.any_width = True
         return new
 
     def extra_repr(self):
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+        shape = "any width" if self.any_width else self.normalized_shape
+        return (f"{shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"zero_centered={self.zero_centered}, deterministic={self.deterministic}")
 
     def _unit_weight(self, width, device):
@@ -183,7 +189,9 @@ class RMSNorm(nn.RMSNorm):
 
     def _forward(self, x, residual):
         k = len(self.normalized_shape)
-        if tuple(x.shape[-k:]) != self.normalized_shape:
+        if self.any_width:
+            pass  # a weightless norm over the last dimension, whatever its size
+        elif tuple(x.shape[-k:]) != self.normalized_shape:
             raise ValueError(f"x's trailing dimensions {tuple(x.shape[-k:])} must be normalized_shape "
                              f"{self.normalized_shape}")
         width = x.shape[-1] if k == 1 else math.prod(self.normalized_shape)

@@ -54,11 +54,43 @@ def _extra_forward_args(module) -> bool:
     return len([p for p in params if p.kind not in (p.VAR_KEYWORD,)]) != 1
 
 
+def _probe_weightless(module: nn.Module) -> Tuple[Optional[bool], str]:
+    """(False, "") when a module with no parameters computes ``x_hat`` with its eps at any
+    width (Gemma3n's ``with_scale=False`` norms, Llama4's L2 norm): probed at two widths."""
+    if getattr(module, "bias", None) is not None:
+        return None, "has a bias"
+    eps = _eps_of(module)
+    if eps is None:
+        return None, "no eps attribute (variance_epsilon or eps)"
+    if _extra_forward_args(module):
+        return None, "forward takes more than the input (a gated or fused variant)"
+    for H in (64, 40):
+        gen = torch.Generator().manual_seed(H)
+        for scale in (1.0, math.sqrt(max(eps, 1e-12))):
+            x = ((torch.randn(3, H, generator=gen, dtype=torch.float64) + 0.5) * scale).to(torch.float32)
+            try:
+                with torch.no_grad():
+                    y = module(x)
+            except Exception as e:
+                return None, f"probe call failed ({type(e).__name__}: {str(e)[:80]})"
+            if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+                return None, "forward does not return one tensor of the input's shape"
+            xd = x.double()
+            ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+            err = (y.detach().double().cpu() - ref).abs().max().item() / (ref.abs().max().item() or 1.0)
+            if err > _PROBE_TOL:
+                return None, f"computes something else (relative error {err:.2g} against x_hat at scale {scale:.2g})"
+    return False, ""
+
+
 def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
     """(zero_centered, "") when ``module`` computes an RMSNorm over its last dimension with its
     1-D ``weight`` and its eps, as ``x_hat * w`` (False) or Gemma's ``x_hat * (1 + w)`` (True),
-    checked on two probe inputs (one at a scale where eps matters); else (None, the reason)."""
+    or, with no parameters at all, ``x_hat`` at any width (False), checked on probe inputs (one
+    at a scale where eps matters); else (None, the reason)."""
     w = getattr(module, "weight", None)
+    if not isinstance(w, nn.Parameter) and not any(True for _ in module.parameters()):
+        return _probe_weightless(module)  # no weight, or an unused buffer (FalconMamba's)
     if not isinstance(w, nn.Parameter) or w.dim() != 1:
         return None, "no 1-D weight parameter"
     if getattr(module, "bias", None) is not None:
