@@ -36,8 +36,11 @@ _ARCH_NAMES = ", ".join(str(sm) for sm in SHIPPED_ARCHS)
 
 
 def weight_dtypes(hidden: int, device=None) -> tuple:
-    """Weight dtypes served for ``hidden`` on ``device``: the activation's own dtype
-    (torch.bfloat16 or torch.float16) and torch.float32. Empty if the width is not served."""
+    """Every weight dtype some activation dtype takes at width ``hidden``: (torch.bfloat16,
+    torch.float16, torch.float32), or () when the width is not served (not a positive multiple
+    of 8). Which pairs go together: a 16-bit x takes its own dtype or torch.float32; FP32 x
+    takes any of the three. ``device`` is accepted for symmetry; the answer is the same on every
+    device."""
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
     if hidden <= 0 or hidden % 8:
