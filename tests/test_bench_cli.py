@@ -141,3 +141,25 @@ def test_per_head_views_and_refusal(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--per-head", "32by128"])
     assert e.value.code == 2 and "HEADSxDIM" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run's reporting")
+def test_cpu_run_says_what_it_did_not_honour_and_its_spread(tmp_path):
+    out = tmp_path / "b"
+    assert main(["--hidden", "64", "--tokens", "8", "--ops", "fwd", "--residual", "--peers", "F,lg",
+                 "--out", str(out)]) == 0
+    data = json.load(open(str(out) + ".json"))
+    assert set(data["not_honoured"]) == {"--residual", "--peers"}
+    assert "copy_TBps" not in data  # the H200's ceiling means nothing on a CPU
+    for r in data["rows"]:
+        lo, hi = r["speedup_spread"]
+        assert 0 < lo <= hi
+    assert "(" in open(str(out) + ".md").read()  # the ratio's spread beside it
+
+
+@pytest.mark.parametrize("bad", ["100", "abc", "-8"])
+def test_bad_widths_are_argparse_errors(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--hidden", bad])
+    assert e.value.code == 2
+    assert "--hidden" in capsys.readouterr().err

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import sys
+import statistics
 import time
 
 import torch
@@ -134,10 +135,34 @@ def run_gpu(args, on_row=lambda rows, missing: None):
     return rows, missing
 
 
+CPU_BLOCKS = 9  # paired blocks a row: every implementation runs one block in turn, 9 times
+
+
+def cpu_ignored(args):
+    """{option: why} for the options the CPU run cannot honour (it times the CPU kernels against
+    F.rms_norm on plain rows, wall clock)."""
+    out = {}
+    if args.residual:
+        out["--residual"] = "the CPU run times the plain route only"
+    if args.per_head:
+        out["--per-head"] = "the CPU run times plain [T, H] rows only"
+    if args.mode != "det":
+        out["--mode"] = "the CPU path has one (deterministic) backward"
+    extra = [p for p in args.peers if p != "F"]
+    if extra:
+        out["--peers"] = f"{','.join(extra)} run on a GPU only; the CPU run compares with F.rms_norm"
+    if args.floor:
+        out["--floor"] = "the traffic floor is a GPU measurement"
+    return out
+
+
 def run_cpu(args, on_row=lambda rows, missing: None):
-    """No GPU: time our CPU path on small shapes (wall clock), as a smoke run."""
+    """No GPU: time our CPU path on small shapes (wall clock), paired with F.rms_norm block by
+    block, so a loaded machine moves both alike; each row keeps the median and the spread."""
     print("no CUDA device: timing the CPU path on small shapes (wall clock, not the GPU protocol)",
           file=sys.stderr)
+    for opt, why in cpu_ignored(args).items():
+        print(f"{opt} not honoured: {why}", file=sys.stderr)
     rows = []
     # Small shapes unless --hidden / --tokens name others (the CPU kernels are single-threaded).
     todo = [(H, T) for H in (args.user_hidden or (512, 2048)) for T in (args.user_tokens or (16, 256))]
@@ -147,21 +172,27 @@ def run_cpu(args, on_row=lambda rows, missing: None):
         case = Case(T, H, wdtype=wdtype, dtype=dtype, device="cpu")
         impls = dict(_cake_arms(case, args.paths), F=make_torch_fused(case))
         for op in args.ops:
-            us = {}
-            for name, ops in impls.items():
+            for ops in impls.values():
                 ops[op]()
-                blocks = []
-                for _ in range(3):  # the median of three blocks of at least 5 calls and 20 ms
+            blocks = {name: [] for name in impls}
+            for _ in range(CPU_BLOCKS):  # each a block of at least 5 calls and 10 ms, in turn
+                for name, ops in impls.items():
                     n, t0 = 0, time.perf_counter()
-                    while n < 5 or time.perf_counter() - t0 < 0.02:
+                    while n < 5 or time.perf_counter() - t0 < 0.01:
                         ops[op]()
                         n += 1
-                    blocks.append((time.perf_counter() - t0) / n * 1e6)
-                us[name] = round(sorted(blocks)[1], 1)
+                    blocks[name].append((time.perf_counter() - t0) / n * 1e6)
+            us = {name: round(statistics.median(b), 2) for name, b in blocks.items()}
             base = {"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
                     "per_head": 0, "mode": "det",
                     "bytes": logical_bytes(op, T, H, False, ESIZE[args.dtype], ESIZE[args.weight])}
-            rows += _rows_by_path(base, us, None, args.paths)
+            for row in _rows_by_path(base, us, None, args.paths):
+                mine = blocks[f"cake@{row['path']}"]
+                ratios = sorted(f / c for f, c in zip(blocks["F"], mine))  # block by block: paired
+                row["spread_us"] = {"cake": [round(min(mine), 2), round(max(mine), 2)],
+                                    "F": [round(min(blocks["F"]), 2), round(max(blocks["F"]), 2)]}
+                row["speedup_spread"] = [round(ratios[0], 3), round(ratios[-1], 3)]
+                rows.append(row)
             on_row(rows, {})
     _progress(len(todo), len(todo), "done")
     return rows, {}
@@ -191,9 +222,12 @@ def markdown(rows, title, ceiling=True):
         route += f", {r.get('path', 'op')}"
         if r.get("dtype", "bf16") != "bf16":
             route += f", {r['dtype']}"
-        if r.get("weight", "bf16") != "bf16":
+        if r.get("weight", "bf16") != r.get("dtype", "bf16"):  # FP32 x with a 16-bit w names it
             route += f", {r['weight']} w"
         peer = f"{k} | {pu:.1f} | {pu / us:.2f}x" if k else "- | - | -"
+        if k and r.get("speedup_spread"):  # the CPU run: the paired blocks' lowest and highest ratio
+            lo, hi = r["speedup_spread"]
+            peer += f" ({lo:.2f}-{hi:.2f})"
         pct = f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | " if ceiling else ""
         line = f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | {pct}{peer} |"
         if floor:
@@ -242,7 +276,10 @@ def plot(rows, path, ceiling=True):
 
 def int_list(s):
     """argparse type for a comma-separated list of ints ("256,1024")."""
-    return [int(v) for v in s.split(",")]
+    try:
+        return [int(v) for v in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of integers, got {s!r}") from None
 
 
 def _host_main(args):
@@ -294,8 +331,14 @@ def main(argv=None):
                    help="also time torch elementwise ops of each op's traffic (row['floor_us']; not a peer)")
     p.add_argument("--replays", default=30, type=int)
     p.add_argument("--out", default="bench", help="output prefix: PREFIX.json, PREFIX.md, PREFIX.png")
-    p.add_argument("--quick", action="store_true", help="H 2048, T 1024 and 16384 only")
+    p.add_argument("--quick", action="store_true",
+                   help="H 2048 only: T 1024 and 16384 on a GPU, T 256 on the CPU")
     args = p.parse_args(argv)
+    for name, vals, low in (("--hidden", args.hidden, 8), ("--tokens", args.tokens, 1)):
+        for v in vals or ():
+            if v < low or (name == "--hidden" and v % 8):
+                p.error(f"{name} {v}: " + ("widths are positive multiples of 8" if name == "--hidden"
+                                            else "token counts are positive"))
     if args.weight is None:
         args.weight = args.dtype
     if args.dtype != "fp32" and args.weight not in (args.dtype, "fp32"):
@@ -313,9 +356,14 @@ def main(argv=None):
         args.user_hidden, args.user_tokens = [2048], [256]
     gpu = torch.cuda.is_available()
     meta = {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
-            "cake_rmsnorm": cr.__version__, "copy_TBps": COPY_TBPS,
+            "cake_rmsnorm": cr.__version__,
             "timing": "GPU kernel time: union of kernel-active intervals per replay (CUPTI), median"
-                      if gpu else "CPU wall clock"}
+                      if gpu else f"CPU wall clock: median of {CPU_BLOCKS} blocks paired with F.rms_norm, "
+                                  "min and max beside it"}
+    if gpu:
+        meta["copy_TBps"] = COPY_TBPS  # the H200's measured copy ceiling, for the % column
+    else:
+        meta["not_honoured"] = cpu_ignored(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
 
     def write_json(rows, missing, complete):
