@@ -22,28 +22,13 @@ device is synchronised only around each timed loop.
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
 import cake_rmsnorm as cr
 from cake_rmsnorm import _calls
 from cake_rmsnorm._lib import direct, ops
-
-
-def timed(fn, calls, repeats, sync):
-    for _ in range(max(calls // 10, 50)):
-        fn()
-    sync()
-    per = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(per)
+from cake_rmsnorm.bench.host import _time as timed
 
 
 def launch_us(fn, device, calls=200):

@@ -54,16 +54,24 @@ def _extra_forward_args(module) -> bool:
     return len([p for p in params if p.kind not in (p.VAR_KEYWORD,)]) != 1
 
 
+def _structure_refusal(module: nn.Module) -> Optional[str]:
+    """Why a module cannot be an RMSNorm we replace, from its structure alone (None: it can)."""
+    if getattr(module, "bias", None) is not None:
+        return "has a bias"
+    if _eps_of(module) is None:
+        return "no eps attribute (variance_epsilon or eps)"
+    if _extra_forward_args(module):
+        return "forward takes more than the input (a gated or fused variant)"
+    return None
+
+
 def _probe_weightless(module: nn.Module) -> Tuple[Optional[bool], str]:
     """(False, "") when a module with no parameters computes ``x_hat`` with its eps at any
     width (Gemma3n's ``with_scale=False`` norms, Llama4's L2 norm): probed at two widths."""
-    if getattr(module, "bias", None) is not None:
-        return None, "has a bias"
+    why = _structure_refusal(module)
+    if why:
+        return None, why
     eps = _eps_of(module)
-    if eps is None:
-        return None, "no eps attribute (variance_epsilon or eps)"
-    if _extra_forward_args(module):
-        return None, "forward takes more than the input (a gated or fused variant)"
     for H in (64, 40):
         gen = torch.Generator().manual_seed(H)
         for scale in (1.0, math.sqrt(max(eps, 1e-12))):
@@ -93,13 +101,10 @@ def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
         return _probe_weightless(module)  # no weight, or an unused buffer (FalconMamba's)
     if not isinstance(w, nn.Parameter) or w.dim() != 1:
         return None, "no 1-D weight parameter"
-    if getattr(module, "bias", None) is not None:
-        return None, "has a bias"
+    why = _structure_refusal(module)
+    if why:
+        return None, why
     eps = _eps_of(module)
-    if eps is None:
-        return None, "no eps attribute (variance_epsilon or eps)"
-    if _extra_forward_args(module):
-        return None, "forward takes more than the input (a gated or fused variant)"
     if w.is_meta:
         return None, "weight on the meta device: nothing to probe"
     H = w.shape[0]
