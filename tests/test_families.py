@@ -80,7 +80,8 @@ def _tiny_model(model_type):
             ref_loss.backward()
             return model, ids, ref_loss.float().item()
         except Exception as e:  # this family's code does not run on this config
-            errors.append(f"{type(e).__name__}: {e}")
+            missing = f" (module {e.name!r})" if isinstance(e, ImportError) and e.name else ""
+            errors.append(f"{type(e).__name__}: {e}{missing}")
     pytest.skip(f"the unpatched tiny model does not build or run: {errors[0]}")
 
 

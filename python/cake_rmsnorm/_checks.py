@@ -8,6 +8,7 @@ import math
 import numbers
 
 import torch
+import torch.autograd.forward_ad as _fw
 
 ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -204,10 +205,9 @@ def check_forward_mode(x, w, residual) -> None:
         top = peek_interpreter_stack()
         if top is not None and top.key() == TransformType.Jvp:
             raise NotImplementedError(_FORWARD_AD)
-    import torch.autograd.forward_ad as fw
-    if fw._current_level >= 0:
+    if _fw._current_level >= 0:
         for t in (x, w, residual):
-            if isinstance(t, torch.Tensor) and fw.unpack_dual(t).tangent is not None:
+            if isinstance(t, torch.Tensor) and _fw.unpack_dual(t).tangent is not None:
                 raise NotImplementedError(_FORWARD_AD)
 
 
