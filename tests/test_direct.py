@@ -1,17 +1,22 @@
 """The direct eager path (_calls.py, csrc/torch/direct.cpp): the same bits as the registered ops,
 the registered ops wherever something traces or intercepts, and documented errors."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import cake_rmsnorm as cr
 from cake_rmsnorm import _calls
+from cake_rmsnorm import _lib
 from cake_rmsnorm._lib import direct, ops
 from conftest import devices
 
-needs_direct = pytest.mark.skipif(not _calls.DIRECT, reason=f"torch {torch.__version__} < 2.14: no stable "
-                                  "Python shims, every call takes the registered ops")
+needs_direct = pytest.mark.skipif(not _calls.DIRECT, reason="the direct binding is off (CAKE_DIRECT="
+                                  f"{os.environ.get('CAKE_DIRECT', 'auto')}, torch {torch.__version__})")
 
 
 def _inputs(dev, gen, T=37, H=264, dtype=torch.bfloat16, wdtype=None):
@@ -140,3 +145,33 @@ def test_module_with_a_meta_weight_is_refused_by_name(gen):
     m = cr.RMSNorm(x.shape[-1], device="meta", dtype=x.dtype)
     with pytest.raises(ValueError, match="w must be on cpu"):
         m(x)
+
+
+def test_the_binding_is_on_wherever_torch_allows():
+    """The stable shims from torch 2.14, the tensor object's layout on 2.10-2.13."""
+    if os.environ.get("CAKE_DIRECT", "auto") != "auto":
+        pytest.skip("CAKE_DIRECT picks the binding by hand")
+    has_shims = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 14)
+    assert _lib.binding == ("shims" if has_shims else "layout")
+
+
+@pytest.mark.parametrize("binding", ["layout", "shims", "off"])
+def test_each_binding_gives_the_ops_bits(binding):
+    """Each binding, chosen by hand in a fresh process, serves the calls with the registered ops' bits."""
+    env = dict(os.environ, CAKE_DIRECT=binding)
+    probe = subprocess.run([sys.executable, "-c", "from cake_rmsnorm import _lib; print(_lib.binding)"], env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if binding == "shims" and probe == "None":
+        pytest.skip(f"torch {torch.__version__} has no stable Python shims")
+    assert probe == ("None" if binding == "off" else binding)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "bits_equal_the_ops or autograd_takes_the_direct_path or refusals_through"],
+                         env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert ("the direct binding is off" in run.stdout) == (binding == "off")
+
+
+def test_an_unknown_binding_is_refused_by_name():
+    env = dict(os.environ, CAKE_DIRECT="fast")
+    run = subprocess.run([sys.executable, "-c", "import cake_rmsnorm"], env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and "CAKE_DIRECT must be one of auto, shims, layout, off" in run.stderr

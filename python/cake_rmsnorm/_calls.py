@@ -4,8 +4,9 @@ In eager, with nothing tracing or intercepting, a call goes straight to the op b
 the binding module ``_direct`` (no dispatcher, no boxing; the same bodies, so the same bits). Everything else goes through the registered ops (``torch.ops.cake_rmsnorm``): tracing
 under torch.compile or export (which must see the ops), an active dispatch mode or functorch
 transform, and tensors the direct path does not take (subclasses such as DTensor, fake or
-meta tensors), for which the binding answers ``NotImplemented``. The direct path needs torch's
-Python shims of the stable ABI (torch >= 2.14); older torch takes the registered ops always.
+meta tensors), for which the binding answers ``NotImplemented``. Tensors cross into the binding
+through the stable ABI's Python shims (torch >= 2.14) or the tensor object's layout (2.10-2.13);
+with neither (``CAKE_DIRECT=off``) every call takes the registered ops.
 """
 
 import torch
@@ -14,7 +15,7 @@ from ._lib import direct, ops
 
 __all__ = ["fwd", "fwd_residual", "fwd_eager", "fwd_residual_eager", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "DIRECT"]
 
-DIRECT = direct is not None  # the direct binding is available (torch >= 2.14)
+DIRECT = direct is not None  # the direct binding is on (_lib.binding says through what)
 
 _is_compiling = torch.compiler.is_compiling
 _modes = torch._C._len_torch_dispatch_stack

@@ -25,14 +25,28 @@ torch.ops.load_library(library_path())
 ops = torch.ops.cake_rmsnorm
 _c = ctypes.CDLL(library_path())
 
-# The op bodies without the dispatcher (_calls.py), where torch has the stable ABI's Python shims
-# (>= 2.14); None elsewhere. The binding calls _C's C API, resolved from the global namespace:
-# _C is promoted to it first (the same handle, RTLD_GLOBAL).
+# The op bodies without the dispatcher (_calls.py): tensors cross through the stable ABI's Python
+# shims (torch >= 2.14) or, on 2.10-2.13, the tensor object's layout, proven on a probe first.
+# None where neither holds: the registered ops then serve every call. CAKE_DIRECT (auto, shims,
+# layout, off) picks one by hand, to compare them or to turn the path off. The binding calls _C's C
+# API, resolved from the global namespace: _C is promoted to it first (the same handle, RTLD_GLOBAL).
 ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
 from . import _direct  # noqa: E402
 
-direct = (_direct if _direct.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32))
-          else None)
+_BINDINGS = ("auto", "shims", "layout", "off")
+
+
+def _direct_binding():
+    want = os.environ.get("CAKE_DIRECT", "auto")
+    if want not in _BINDINGS:
+        raise ValueError(f"CAKE_DIRECT must be one of {', '.join(_BINDINGS)}, got {want!r}")
+    probe = torch.empty(0)
+    return _direct.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32),
+                         probe, probe._cdata, want)
+
+
+binding = _direct_binding()  # "shims", "layout" or None
+direct = _direct if binding else None
 
 
 class _Window(ctypes.Structure):
