@@ -147,7 +147,7 @@ def make_extension():
     include_dirs = [str(ROOT / "csrc" / "include")]
     link_args = [f"-Wl,--version-script={ROOT / 'csrc' / 'api' / 'exports.map'}"]
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
-    sources.append("csrc/torch/ops.cpp")
+    sources += ["csrc/torch/ops.cpp", "csrc/torch/shims.cpp"]
 
     # CUDA wherever a toolkit is found, with or without a visible GPU (a cluster's login node
     # builds for its GPU nodes); CPU-only without one, or with CAKE_FORCE_CPU=1.

@@ -186,8 +186,12 @@ def fuse_residual_adds(graph: torch.fx.Graph) -> int:
 
 
 def _source_hash():
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """This pass's source and the lowerings' (_lowering.py): either changes what inductor makes."""
+    h = hashlib.sha256()
+    for path in (__file__, os.path.join(os.path.dirname(__file__), "_lowering.py")):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=None)

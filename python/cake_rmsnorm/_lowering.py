@@ -1,0 +1,147 @@
+"""The compiled call: inductor's Python wrapper calls the op bodies through the direct binding.
+
+Left alone, inductor lowers each op to a fallback whose wrapper line calls
+``torch.ops.cake_rmsnorm.<op>.default``: argument parsing against the schema, the dispatcher and
+the stable ABI's boxing, every call of every compiled step. This module registers a lowering for
+each functional op that builds the same fallback node (the same fake outputs, layout constraint
+and buffers) and only names another callable on its wrapper line, ``cake_rmsnorm._lowering.<op>``:
+the direct binding (``_direct``), which runs the same op bodies, so the bits are the registered
+op's, and it skips inductor's check of each output's size and strides, which cost about as
+much as the call (the bodies allocate what the fakes say; opcheck holds them to it). The graph
+keeps the registered ops, so dynamo, AOTAutograd, the residual-fusion pass, the
+FX graph cache and export see what they saw before.
+
+Under ``cpp_wrapper`` the generated C++ calls the ops' C shims (``csrc/torch/shims.cpp``, in the
+library ``_C``, which the package loads into the global namespace) instead of the dispatcher:
+install() declares them in ``torch._inductor.config.aot_inductor.custom_ops_to_c_shims``.
+
+Installed with the fusion pass, when torch.compile first traces an op (the ops' fakes run then).
+``CAKE_RMSNORM_COMPILE_DIRECT=0`` leaves inductor's lowerings alone. The lowering uses inductor's
+internal IR (``torch._inductor.ir.FallbackKernel``); where that differs, install() leaves the
+default fallback in place and the graph calls the registered ops as before.
+"""
+
+import os
+
+from ._lib import direct, ops
+
+__all__ = ["install", "installed", "OPS"]
+
+OPS = ("fwd", "fwd_residual", "bwd", "bwd_dx")
+
+# Each shim's parameters in inductor's convention for a custom op (csrc/torch/shims.cpp).
+_SHIM_PARAMS = {
+    "fwd": "AtenTensorHandle x, AtenTensorHandle w, double eps, int32_t* out_dtype, AtenTensorHandle* y, "
+           "AtenTensorHandle* rstd",
+    "fwd_residual": "AtenTensorHandle x, AtenTensorHandle residual, AtenTensorHandle w, double eps, "
+                    "int32_t* out_dtype, AtenTensorHandle* y, AtenTensorHandle* rstd, AtenTensorHandle* h_new",
+    "bwd": "AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd, "
+           "AtenTensorHandle* g_residual, int32_t dw_in_w_dtype, AtenTensorHandle* dx, AtenTensorHandle* dw",
+    "bwd_dx": "AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd, "
+              "AtenTensorHandle* g_residual, AtenTensorHandle* dx",
+}
+
+
+def shim_declarations(name):
+    """Inductor calls op ``name``'s shim aoti_torch_<device>_<name>; the asm label binds that
+    name to the library's own symbol."""
+    return [f'AOTITorchError aoti_torch_{dev}_{name}({_SHIM_PARAMS[name]}) __asm__("cake_rmsnorm_shim_{dev}_{name}")'
+            for dev in ("cpu", "cuda")]
+
+
+def _served(name):
+    """The callable a compiled graph's wrapper calls for op ``name``: the direct binding, or the
+    registered op where the binding is off or declines the arguments."""
+    op = getattr(ops, name).default
+    if direct is None:
+        return op
+    body = getattr(direct, name)
+
+    def call(*args):
+        out = body(*args)
+        return op(*args) if out is NotImplemented else out
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+fwd, fwd_residual, bwd, bwd_dx = (_served(n) for n in OPS)
+
+installed = False
+
+
+def install():
+    """Register the lowerings once (idempotent). False where they are off or could not be made."""
+    global installed
+    if installed or os.environ.get("CAKE_RMSNORM_COMPILE_DIRECT", "1") == "0":
+        return installed
+    try:
+        lowerings = _make_lowerings()
+        from torch._inductor import config
+        config.aot_inductor.custom_ops_to_c_shims  # noqa: B018  (present in this torch)
+    except (ImportError, AttributeError, TypeError):  # another torch's inductor: keep its fallback
+        return False
+    from torch._inductor import config, lowering
+    shims = dict(config.aot_inductor.custom_ops_to_c_shims)
+    for name in OPS:
+        shims.setdefault(getattr(ops, name).default, shim_declarations(name))
+    config.aot_inductor.custom_ops_to_c_shims = shims
+    for op, (constraint, handler) in lowerings.items():
+        if op in lowering.lowerings:  # someone registered their own lowering: theirs stands
+            continue
+        if constraint is not None:
+            lowering.add_layout_constraint(op, constraint)
+        lowering.fallbacks.add(op)
+        lowering.register_lowering(op, type_promotion_kind=None)(handler)
+    installed = True
+    return True
+
+
+def _make_lowerings():
+    """{op: (layout constraint, lowering)}, built before anything is registered."""
+    import torch
+    from torch._inductor import ir, lowering
+    from torch._inductor.virtualized import V
+    from torch.utils import _pytree as pytree
+
+    class DirectCall(ir.FallbackKernel):
+        """inductor's fallback of a cake op, whose Python wrapper line calls the direct binding."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not V.graph.cpp_wrapper:
+                self.python_kernel_name = f"cake_rmsnorm._lowering.{self.op_overload._schema.name.split('::')[1]}"
+
+        def codegen(self, wrapper):
+            if not V.graph.cpp_wrapper:
+                wrapper.add_import_once("import cake_rmsnorm._lowering")
+            super().codegen(wrapper)
+
+    def no_asserts(wrapper):
+        """The bodies allocate every output dense, as the fakes say (opcheck holds them to it):
+        inductor's per-output metadata check would cost about as much as the call itself."""
+
+    def wrap(x):
+        if not isinstance(x, ir.IRNode):
+            return x
+        return x.wrap_for_lowering() if hasattr(x, "wrap_for_lowering") else ir.TensorBox.create(x)
+
+    def lowering_of(op):
+        later = op._schema.arguments
+
+        def handler(*args, **kwargs):
+            # Every argument positional, defaults filled: the binding takes positions alone.
+            full = list(args) + [kwargs.get(a.name, a.default_value) for a in later[len(args):]]
+            result = DirectCall.create(op, *full)
+            for out in pytree.tree_leaves(result):
+                if isinstance(out, ir.MultiOutput):
+                    out.codegen_size_asserts = no_asserts
+            return pytree.tree_map(wrap, result)
+        return handler
+
+    out = {}
+    for name in OPS:
+        op = getattr(torch.ops.cake_rmsnorm, name).default
+        tag = lowering.get_layout_constraint_tag(op, with_default=True)
+        out[op] = (lowering.tag_to_layout_constraint(tag), lowering_of(op))
+    return out
