@@ -1,0 +1,110 @@
+"""The compiled call (python/cake_rmsnorm/_lowering.py, csrc/torch/shims.cpp): inductor's Python
+wrapper calls the direct binding and cpp_wrapper's C++ calls the ops' C shims, neither through the
+dispatcher, with eager's bits; CAKE_RMSNORM_COMPILE_DIRECT=0 keeps inductor's own fallback."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.utils import run_and_get_code
+
+import cake_rmsnorm as cr
+from conftest import devices
+
+H = 64
+DISPATCHED = re.compile(r"=\s*torch\.ops\.cake_rmsnorm\.\w+\.default\(")
+
+
+def _model(x, r, w, w_frozen):
+    """fwd_residual and fwd, then bwd (w learns) and bwd_dx (w_frozen does not)."""
+    y, h = cr.cake_rmsnorm(x, w, residual=r)
+    return cr.cake_rmsnorm(y, w_frozen), h  # no arithmetic of inductor's own: its rounding may differ
+
+
+def _inputs(device, gen, T=37, dtype=torch.bfloat16):
+    def r(*s):
+        return torch.randn(*s, generator=gen).to(device)
+    x, res = (r(T, H).to(dtype).requires_grad_() for _ in range(2))
+    w = (1 + 0.1 * r(H)).to(dtype).requires_grad_()
+    return x, res, w, (1 + 0.1 * r(H)).to(dtype)
+
+
+def _compiled_and_eager(device, gen, dtype, **patch):
+    args = _inputs(device, gen, dtype=dtype)
+    eager = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False, **patch):
+        compiled = torch.compile(_model, fullgraph=True)
+        outs, codes = run_and_get_code(lambda: compiled(*args))
+        _, bwd_codes = run_and_get_code(lambda: sum(o.float().sum() for o in outs).backward())
+    refs = _model(*eager)
+    sum(r.float().sum() for r in refs).backward()
+    for o, r in zip(outs, refs):
+        assert torch.equal(o, r)
+    for a, b in zip(args, eager):
+        if a.requires_grad:
+            assert torch.equal(a.grad, b.grad)
+    return "\n".join(codes), "\n".join(bwd_codes)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_python_wrapper_calls_the_binding(device, dtype, gen):
+    fwd, bwd = _compiled_and_eager(device, gen, dtype)
+    for op in ("fwd", "fwd_residual"):
+        assert f"cake_rmsnorm._lowering.{op}(" in fwd
+    for op in ("bwd", "bwd_dx"):
+        assert f"cake_rmsnorm._lowering.{op}(" in bwd
+    assert not DISPATCHED.search(fwd + bwd)
+    assert "assert_tensor_metadata(" not in fwd + bwd  # the per-output checks are skipped for ours
+
+
+@pytest.mark.parametrize("device", devices())
+def test_cpp_wrapper_calls_the_shims(device, gen):
+    fwd, bwd = _compiled_and_eager(device, gen, torch.bfloat16, cpp_wrapper=True)
+    for op, code in (("fwd", fwd), ("fwd_residual", fwd), ("bwd", bwd), ("bwd_dx", bwd)):
+        assert re.search(rf"\baoti_torch_{device}_{op}\(\w", code), op  # a call, not only the declaration
+        assert f'__asm__("cake_rmsnorm_shim_{device}_{op}")' in code
+    assert 'aoti_torch_call_dispatcher("cake_rmsnorm' not in fwd + bwd
+
+
+def test_dynamic_token_counts_keep_the_binding(gen):
+    torch._dynamo.reset()
+    w = torch.randn(H, generator=gen)
+    compiled = torch.compile(lambda x: cr.cake_rmsnorm(x, w), fullgraph=True, dynamic=True)
+    for t in (3, 29, 64):
+        x = torch.randn(t, H, generator=gen)
+        with inductor_config.patch(fx_graph_cache=False):
+            out, codes = run_and_get_code(compiled, x)
+        assert torch.equal(out, cr.cake_rmsnorm(x, w))
+    assert "cake_rmsnorm._lowering.fwd(" in "\n".join(codes)
+
+
+def test_the_opt_out_keeps_inductors_fallback():
+    script = ("import torch, cake_rmsnorm as cr\n"
+              "from torch._inductor.utils import run_and_get_code\n"
+              "from cake_rmsnorm import _lowering\n"
+              "x, w = torch.randn(4, 64), torch.randn(64)\n"
+              "f = torch.compile(lambda x: cr.cake_rmsnorm(x, w), fullgraph=True)\n"
+              "out, codes = run_and_get_code(f, x)\n"
+              "assert torch.equal(out, cr.cake_rmsnorm(x, w))\n"
+              "print(_lowering.installed, '_lowering.fwd(' in codes[0], 'torch.ops.cake_rmsnorm.fwd.default(' in codes[0])\n")
+    env = dict(os.environ, CAKE_RMSNORM_COMPILE_DIRECT="0", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["False", "False", "True"]
+
+
+def test_shim_declarations_match_the_schemas():
+    """Each declaration has one parameter an argument and one out-handle a returned tensor."""
+    from cake_rmsnorm import _lowering
+    for name in _lowering.OPS:
+        schema = getattr(torch.ops.cake_rmsnorm, name).default._schema
+        for decl in _lowering.shim_declarations(name):
+            params = decl[decl.index("(") + 1:decl.index(")")].split(", ")
+            assert len(params) == len(schema.arguments) + len(schema.returns), decl
+            assert [p.split()[-1] for p in params[:len(schema.arguments)]] == [a.name for a in schema.arguments]
