@@ -6,8 +6,9 @@ of one, (t16 - t1) / 15, so dynamo's guards and the graph's own entry cost cance
   wrapper calling ``torch.ops.cake_rmsnorm.fwd`` through the dispatcher;
 - cake, cpp_wrapper: inductor's C++ wrapper calling the ops' C shims (and, in a child process
   with the opt-out, through ``aoti_torch_call_dispatcher``);
-- inductor's own norm: ``F.rms_norm``, which inductor generates one kernel for (a Triton launch
-  on CUDA; the count in the 16-norm graph is printed): the bar a call should not cost more than.
+- one inductor kernel: ``x * x.sum(0)``, whose column sum needs the whole previous result, so
+  each call is one generated kernel (a Triton launch on CUDA; the count in the 16-call graph is
+  printed). Chained ``F.rms_norm`` calls would not do: inductor fuses them into one kernel.
 
 No grad (the forward op alone), T x H activations, medians of repeated timed loops.
 
@@ -73,8 +74,8 @@ def arms(device, tokens, hidden):
     cake = lambda x, w: cr.cake_rmsnorm(x, w)  # noqa: E731
     out = {"cake": per_call(cake, x, w, sync), "cake, cpp_wrapper": per_call(cake, x, w, sync, cpp_wrapper=True)}
     if os.environ.get("CAKE_RMSNORM_COMPILE_DIRECT", "1") == "1":
-        norm = lambda x, w: torch.nn.functional.rms_norm(x, x.shape[-1:], w, 1e-6)  # noqa: E731
-        out["inductor's own norm"] = per_call(norm, x, w, sync, count="inductor's own norm")
+        one = lambda x, w: x * x.sum(0, keepdim=True)  # noqa: E731
+        out["one inductor kernel"] = per_call(one, x, w, sync, count="one inductor kernel")
     return out
 
 
@@ -95,14 +96,14 @@ def main():
     off = json.loads(child.stdout.strip().splitlines()[-1])
     res["cake, registered op"] = off["cake"]
     res["cake, cpp_wrapper, dispatcher"] = off["cake, cpp_wrapper"]
-    bar = res["inductor's own norm"]
+    bar = res["one inductor kernel"]
     where = torch.cuda.get_device_name() if a.device == "cuda" else "CPU"
     print(f"# Host us a call inside a compiled graph ({where}, T {a.tokens}, H {a.hidden}, torch {torch.__version__})\n")
-    kernels = KERNELS.get("inductor's own norm")
-    print(f"Generated kernels in the graph of {N} inductor norms: {kernels}\n")
-    print("| arm | us a call | vs inductor's own norm |\n|---|---|---|")
-    for k, v in res.items():
-        print(f"| {k} | {v:.2f} | {v / bar:.2f}x |")
+    kernels = KERNELS.get("one inductor kernel")
+    print(f"Generated kernels in the graph of {N} column-sum calls: {kernels}\n")
+    print("| arm | us a call | vs one inductor kernel |\n|---|---|---|")
+    for k, v in res.items():  # no ratio where inductor fused the chain (the CPU backend does)
+        print(f"| {k} | {v:.2f} | {f'{v / bar:.2f}x' if kernels and kernels >= N else 'n/a'} |")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ the stable ABI's boxing, every call of every compiled step. This module register
 each functional op that builds the same fallback node (the same fake outputs, layout constraint
 and buffers) and only names another callable on its wrapper line, ``cake_rmsnorm._lowering.<op>``:
 the direct binding (``_direct``), which runs the same op bodies, so the bits are the registered
-op's, and it skips inductor's check of each output's size and strides, which cost about as
+op's. Where an out op computes the same result, the line calls it on buffers inductor plans
+itself (``fwd_out``, ``fwd_residual_out``, ``bwd_out``), so a dead buffer of the graph can be reused
+instead of allocated; and it skips inductor's check of each output's size and strides, which cost about as
 much as the call (the bodies allocate what the fakes say; opcheck holds them to it). The graph
 keeps the registered ops, so dynamo, AOTAutograd, the residual-fusion pass, the
 FX graph cache and export see what they saw before.
@@ -66,6 +68,22 @@ def _served(name):
 
 
 fwd, fwd_residual, bwd, bwd_dx = (_served(n) for n in OPS)
+fwd_out, fwd_residual_out, bwd_out = (_served(n) for n in ("fwd_out", "fwd_residual_out", "bwd_out"))
+
+
+def _out_call(name, args, outs):
+    """(out op, its arguments) that computes functional op ``name`` into ``outs``, inductor's own
+    buffers; None where no out op gives the same result (bwd's dw in a 16-bit w's dtype is
+    rounded by the functional op's finalize)."""
+    if name == "fwd":
+        return "fwd_out", [*args[:3], *outs]
+    if name == "fwd_residual":
+        return "fwd_residual_out", [*args[:4], *outs]
+    if name == "bwd_dx":
+        return "bwd_out", [*args[:5], outs[0], None, None, 0, False]
+    if name == "bwd" and not args[5]:
+        return "bwd_out", [*args[:5], *outs, None, 0, False]
+    return None
 
 installed = False
 
@@ -129,12 +147,27 @@ def _make_lowerings():
             return x
         return x.wrap_for_lowering() if hasattr(x, "wrap_for_lowering") else ir.TensorBox.create(x)
 
+    def buffers_like(vals):
+        """Inductor-planned buffers of the fake outputs' layouts (inductor may reuse dead ones)."""
+        return [lowering.empty_strided(ir.convert_shape_to_inductor(v.shape),
+                                       ir.convert_shape_to_inductor(v.stride()), dtype=v.dtype, device=v.device)
+                for v in vals]
+
     def lowering_of(op):
         later = op._schema.arguments
+        name = op._schema.name.split("::")[1]
 
         def handler(*args, **kwargs):
             # Every argument positional, defaults filled: the binding takes positions alone.
             full = list(args) + [kwargs.get(a.name, a.default_value) for a in later[len(args):]]
+            vals = V.graph.current_node.meta["val"]
+            vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
+            if not V.graph.cpp_wrapper and _out_call(name, full, vals) is not None:
+                # The out op into inductor's buffers (cpp_wrapper calls the functional shims).
+                outs = buffers_like(vals)
+                out_name, out_args = _out_call(name, full, outs)
+                DirectCall.create(getattr(torch.ops.cake_rmsnorm, out_name).default, *out_args)
+                return outs[0] if len(outs) == 1 else tuple(outs)
             result = DirectCall.create(op, *full)
             for out in pytree.tree_leaves(result):
                 if isinstance(out, ir.MultiOutput):
