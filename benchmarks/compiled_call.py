@@ -6,9 +6,10 @@ of one, (t16 - t1) / 15, so dynamo's guards and the graph's own entry cost cance
   wrapper calling ``torch.ops.cake_rmsnorm.fwd`` through the dispatcher;
 - cake, cpp_wrapper: inductor's C++ wrapper calling the ops' C shims (and, in a child process
   with the opt-out, through ``aoti_torch_call_dispatcher``);
-- one inductor kernel: ``x * x.sum(0)``, whose column sum needs the whole previous result, so
-  each call is one generated kernel (a Triton launch on CUDA; the count in the 16-call graph is
-  printed). Chained ``F.rms_norm`` calls would not do: inductor fuses them into one kernel.
+- one inductor kernel: ``x * sigmoid(x.sum())``, whose sum over every element needs the whole
+  previous result, so on CUDA each call is one generated kernel (a Triton launch; the count in
+  the 16-call graph is printed). Chained ``F.rms_norm`` calls, or column sums, would not do:
+  rows (columns) are independent, and inductor fuses the chain into one kernel.
 
 No grad (the forward op alone), T x H activations, medians of repeated timed loops.
 
@@ -74,7 +75,7 @@ def arms(device, tokens, hidden):
     cake = lambda x, w: cr.cake_rmsnorm(x, w)  # noqa: E731
     out = {"cake": per_call(cake, x, w, sync), "cake, cpp_wrapper": per_call(cake, x, w, sync, cpp_wrapper=True)}
     if os.environ.get("CAKE_RMSNORM_COMPILE_DIRECT", "1") == "1":
-        one = lambda x, w: x * x.sum(0, keepdim=True)  # noqa: E731
+        one = lambda x, w: x * x.sum().sigmoid()  # noqa: E731
         out["one inductor kernel"] = per_call(one, x, w, sync, count="one inductor kernel")
     return out
 
@@ -100,7 +101,7 @@ def main():
     where = torch.cuda.get_device_name() if a.device == "cuda" else "CPU"
     print(f"# Host us a call inside a compiled graph ({where}, T {a.tokens}, H {a.hidden}, torch {torch.__version__})\n")
     kernels = KERNELS.get("one inductor kernel")
-    print(f"Generated kernels in the graph of {N} column-sum calls: {kernels}\n")
+    print(f"Generated kernels in the graph of {N} whole-sum calls: {kernels}\n")
     print("| arm | us a call | vs one inductor kernel |\n|---|---|---|")
     for k, v in res.items():  # no ratio where inductor fused the chain (the CPU backend does)
         print(f"| {k} | {v:.2f} | {f'{v / bar:.2f}x' if kernels and kernels >= N else 'n/a'} |")
