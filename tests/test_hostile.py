@@ -166,3 +166,15 @@ def test_nonfinite_values_stay_where_torch_keeps_them(case, dtype, device):
         if name == "dw" and case == "inf_g" and device == "cuda":
             b = torch.where(b.isinf(), torch.nan, b)  # the GPU's unguarded dw sums (docs/refusals.md)
         _same_nonfinite(a, b, f"{case} {name}")
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_bad_eps_under_compile_is_named(fullgraph):
+    """A bad eps refused while dynamo traces: the ValueError itself, or (fullgraph) dynamo's
+    report of it, which carries the same message."""
+    x, w = torch.randn(4, 64), torch.randn(64)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, w: cr.cake_rmsnorm(x, w, eps=-1.0), fullgraph=fullgraph)
+    with pytest.raises(Exception, match="eps must be finite and >= 0") as err:
+        f(x, w)
+    assert isinstance(err.value, ValueError) or "Observed exception" in str(err.value)
