@@ -248,7 +248,8 @@ def main():
         install_requires=["torch>=2.10"],
         # What the test suite needs (nothing in it skips for a missing package with these), and
         # the benchmark's plot.
-        extras_require={"test": ["pytest", "numpy", "hypothesis", "transformers", "expecttest"],
+        # (timm: transformers' Gemma3n builds its vision tower with it).
+        extras_require={"test": ["pytest", "numpy", "hypothesis", "transformers", "expecttest", "timm"],
                         "bench": ["matplotlib"]},
         zip_safe=False,
     )

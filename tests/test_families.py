@@ -21,8 +21,9 @@ TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_la
             v_head_dim=16, tie_word_embeddings=True)
 MAX_PARAMS = 200_000_000  # a model this large at the tiny config is not built
 # Keys some families need beyond TINY, tried in turn until the unpatched model runs: MLA
-# attention takes head_dim as the rotary part of the head; some check kv heads or experts.
-RETRIES = ({}, {"head_dim": 8}, {"num_key_value_heads": 4}, {"num_experts_per_tok": 1})
+# attention takes head_dim as the rotary part of the head; some check kv heads or experts;
+# Gemma3n shares the KV cache across more layers than the tiny model has.
+RETRIES = ({}, {"head_dim": 8}, {"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"num_kv_shared_layers": 0})
 STRUCTURAL = ("no 1-D weight parameter", "forward takes more than the input", "has a bias")
 NOT_XHAT = ("forward does not return one tensor of the input's shape", "computes something else")
 
