@@ -6,6 +6,7 @@ import torch
 import torch.autograd.forward_ad as _fw_ad
 
 from . import _checks as C
+from ._sharding import is_dtensor
 from ._calls import bwd as _bwd
 from ._calls import eager as _eager
 from ._calls import bwd_dx as _bwd_dx
@@ -28,8 +29,19 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
         _bwd_out(grad_y, xs, w, rstd, g_res, dx, main_grad, None, 0, True)
         return dx, None
     if w_needs_grad:
+        if type(xs) is not torch.Tensor and is_dtensor(xs):
+            return _sharded_backward(grad_y, xs, w, rstd, g_res)
         return _bwd(grad_y, xs, w, rstd, g_res, True)
     return _bwd_dx(grad_y, xs, w, rstd, g_res), None
+
+
+def _sharded_backward(grad_y, xs, w, rstd, g_res):
+    """DTensor rows: each rank's dw is a Partial FP32 sum; DTensor reduces it in FP32, and the
+    cast to w's dtype comes once, after the reduction."""
+    from torch.distributed.tensor import Replicate
+    dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
+    dw = dw.redistribute(dw.device_mesh, [Replicate() if p.is_partial() else p for p in dw.placements])
+    return dx, dw.to(w.dtype)
 
 
 class CakeRMSNormFunction(torch.autograd.Function):

@@ -1,0 +1,133 @@
+"""DTensors through the ops and the module (python/cake_rmsnorm/_sharding.py): 2 CPU processes on
+gloo, a 1-D mesh. Row tensors sharded on a non-feature dim give the unsharded outputs' bits,
+dw is a Partial FP32 sum, and a sharded feature dim or weight is gathered first."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+
+WORLD = 2
+
+
+def _cases(rank, mesh):
+    """Each case raises on a failure; returns the names checked."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    import cake_rmsnorm as cr
+    ops = torch.ops.cake_rmsnorm
+    g = torch.Generator().manual_seed(0)
+
+    def r(*s, dtype=torch.bfloat16):
+        return torch.randn(*s, generator=g).to(dtype)
+
+    def D(t, p):
+        return distribute_tensor(t, mesh, [p])
+
+    x, res, gy = r(2, 8, 64), r(2, 8, 64), r(2, 8, 64)
+    w = (1 + 0.1 * r(64, dtype=torch.float32)).bfloat16()
+    eps = 1e-6
+    y0, rstd0 = ops.fwd(x, w, eps, None)
+
+    # Forward ops: every non-feature dim, outputs sharded as x is, the unsharded bits.
+    for d in (0, 1):
+        y, rstd = ops.fwd(D(x, Shard(d)), D(w, Replicate()), eps, None)
+        assert y.placements == (Shard(d),) and rstd.placements == (Shard(d),)
+        assert torch.equal(y.full_tensor(), y0) and torch.equal(rstd.full_tensor(), rstd0)
+    outs = ops.fwd_residual(D(x, Shard(1)), D(res, Shard(1)), D(w, Replicate()), eps, None)
+    for a, b in zip(outs, ops.fwd_residual(x, res, w, eps, None)):
+        assert torch.equal(a.full_tensor(), b)
+    y_out, rstd_out = D(torch.empty_like(x), Shard(1)), D(torch.empty(2, 8), Shard(1))
+    ops.fwd_out(D(x, Shard(1)), D(w, Replicate()), eps, y_out, rstd_out)
+    assert torch.equal(y_out.full_tensor(), y0) and torch.equal(rstd_out.full_tensor(), rstd0)
+
+    # Backward ops: dx sharded with the unsharded bits, dw a Partial FP32 sum.
+    sx, sg, sr = D(x, Shard(1)), D(gy, Shard(1)), D(rstd0, Shard(1))
+    dx, dw = ops.bwd(sg, sx, D(w, Replicate()), sr, None, False)
+    dx0, dw0 = ops.bwd(gy, x, w, rstd0, None, False)
+    assert dx.placements == (Shard(1),) and dw.placements[0].is_partial() and dw.dtype == torch.float32
+    assert torch.equal(dx.full_tensor(), dx0)
+    assert torch.allclose(dw.full_tensor(), dw0, rtol=1e-5, atol=1e-5)
+    assert torch.equal(ops.bwd_dx(sg, sx, D(w, Replicate()), sr, D(res, Shard(1))).full_tensor(),
+                       ops.bwd_dx(gy, x, w, rstd0, res))
+
+    # A sharded feature dim or weight is gathered (redistributed), as for torch's rms_norm.
+    y, _ = ops.fwd(D(x, Shard(2)), D(w, Shard(0)), eps, None)
+    assert torch.equal(y.full_tensor(), y0)
+
+    # The module under SequenceParallel: y and dx the unsharded bits; dw reduced in FP32, then
+    # cast once, so within a BF16 ulp of the unsharded dw (whose FP32 sum is one tree).
+    torch.manual_seed(0)
+    plain, sp = cr.RMSNorm(64, dtype=torch.bfloat16), cr.RMSNorm(64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        plain.weight.copy_(w)
+        sp.weight.copy_(w)
+    parallelize_module(sp, mesh, SequenceParallel())
+    xp = x.clone().requires_grad_()
+    yp = plain(xp)
+    yp.backward(gy)
+    xs = D(x, Shard(1)).requires_grad_()
+    ys = sp(xs)
+    assert isinstance(ys, DTensor) and ys.placements == (Shard(1),)
+    ys.backward(D(gy, Shard(1)))
+    assert torch.equal(ys.full_tensor(), yp)
+    assert torch.equal(xs.grad.full_tensor(), xp.grad)
+    gw = sp.weight.grad
+    assert gw.placements == (Replicate(),) and gw.dtype == torch.bfloat16
+    ulp = torch.finfo(torch.bfloat16).eps * plain.weight.grad.float().abs()
+    assert ((gw.full_tensor().float() - plain.weight.grad.float()).abs() <= ulp).all()
+    return rank
+
+
+def _worker(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    code = 0
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        _cases(rank, init_device_mesh("cpu", (WORLD,)))
+        with open(os.path.join(out, f"ok{rank}"), "w") as f:
+            f.write("ok")
+    except BaseException as e:  # noqa: BLE001  (reported through the file; the process must exit)
+        with open(os.path.join(out, f"err{rank}"), "w") as f:
+            f.write(f"{type(e).__name__}: {e}")
+        code = 1
+    try:
+        dist.barrier()
+    finally:
+        os._exit(code)  # gloo's threads make interpreter teardown hang
+
+
+def test_dtensor_ops_and_sequence_parallel_module(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.spawn(_worker, args=(port, str(tmp_path)), nprocs=WORLD, join=False)
+    try:
+        ctx.join(timeout=300)
+    except mp.ProcessExitedException:
+        pass  # a failing rank exits 1; its error is in its file
+    errors = [p.read_text() for p in sorted(tmp_path.glob("err*"))]
+    assert not errors, errors
+    assert sorted(p.name for p in tmp_path.glob("ok*")) == [f"ok{r}" for r in range(WORLD)]
+
+
+def test_rules_register_when_dtensor_is_imported_later():
+    """Importing the package does not import DTensor (0.65 s); importing DTensor afterwards
+    registers the rules."""
+    import subprocess
+    import sys
+    script = ("import sys, cake_rmsnorm\n"
+              "from cake_rmsnorm import _sharding\n"
+              "print('torch.distributed.tensor' in sys.modules, _sharding.installed)\n"
+              "import torch.distributed.tensor\n"
+              "print(_sharding.installed)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["False", "False", "True"]
