@@ -1,6 +1,7 @@
-"""DTensors through the ops and the module (python/cake_rmsnorm/_sharding.py): 2 CPU processes on
-gloo, a 1-D mesh. Row tensors sharded on a non-feature dim give the unsharded outputs' bits,
-dw is a Partial FP32 sum, and a sharded feature dim or weight is gathered first."""
+"""DTensors through the ops, the module and a patched model (python/cake_rmsnorm/_sharding.py): 2
+CPU processes on gloo, a 1-D mesh. Row tensors sharded on a non-feature dim give the unsharded
+outputs' bits, dw is a Partial FP32 sum, a sharded feature dim or weight is gathered first, and
+a patched transformers Llama trains under a tensor + sequence parallel plan."""
 
 import os
 import socket
@@ -82,7 +83,58 @@ def _cases(rank, mesh):
     assert gw.placements == (Replicate(),) and gw.dtype == torch.bfloat16
     ulp = torch.finfo(torch.bfloat16).eps * plain.weight.grad.float().abs()
     assert ((gw.full_tensor().float() - plain.weight.grad.float()).abs() <= ulp).all()
+    _patched_llama_tensor_parallel(mesh)
     return rank
+
+
+def _patched_llama_tensor_parallel(mesh):
+    """A patched transformers Llama under a tensor + sequence parallel plan (torchtitan's: the
+    linears column- and row-wise, the norms SequenceParallel): the unsharded model's loss, and
+    norm gradients within FP32 rounding of its."""
+    import copy
+
+    import transformers
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    import cake_rmsnorm as cr
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(cfg)
+    model = copy.deepcopy(ref)
+    assert len(cr.patch(model).replaced) == 2 * cfg.num_hidden_layers + 1
+    plan = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "model.norm": SequenceParallel(),
+            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        plan.update({
+            p + "input_layernorm": SequenceParallel(),
+            p + "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+            p + "self_attn.q_proj": ColwiseParallel(), p + "self_attn.k_proj": ColwiseParallel(),
+            p + "self_attn.v_proj": ColwiseParallel(), p + "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            p + "post_attention_layernorm": SequenceParallel(),
+            p + "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            p + "mlp.gate_proj": ColwiseParallel(), p + "mlp.up_proj": ColwiseParallel(),
+            p + "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1))})
+    parallelize_module(model, mesh, plan)
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(16).expand(2, 16)  # the rotary tables of the whole sequence, not a shard's
+    loss = model(input_ids=ids, labels=ids, position_ids=pos).loss
+    loss.backward()
+    ref_loss = ref(input_ids=ids, labels=ids, position_ids=pos).loss
+    ref_loss.backward()
+    assert abs(loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item())
+    ref_params = dict(ref.named_parameters())
+    norms = [n for n, _ in model.named_parameters() if "norm" in n]
+    assert len(norms) == 2 * cfg.num_hidden_layers + 1
+    for n, p in model.named_parameters():
+        if "norm" in n:
+            g, g0 = p.grad.full_tensor(), ref_params[n].grad
+            assert (g - g0).norm() <= 1e-5 * g0.norm(), n
 
 
 def _worker(rank, port, out):
@@ -110,7 +162,7 @@ def test_dtensor_ops_and_sequence_parallel_module(tmp_path):
         port = s.getsockname()[1]
     ctx = mp.spawn(_worker, args=(port, str(tmp_path)), nprocs=WORLD, join=False)
     try:
-        ctx.join(timeout=300)
+        ctx.join(timeout=600)
     except mp.ProcessExitedException:
         pass  # a failing rank exits 1; its error is in its file
     errors = [p.read_text() for p in sorted(tmp_path.glob("err*"))]
