@@ -83,28 +83,27 @@ def _cases(rank, mesh):
     assert gw.placements == (Replicate(),) and gw.dtype == torch.bfloat16
     ulp = torch.finfo(torch.bfloat16).eps * plain.weight.grad.float().abs()
     assert ((gw.full_tensor().float() - plain.weight.grad.float()).abs() <= ulp).all()
+
+    # The same module compiled (fullgraph): the eager sharded module's bits.
+    spc = cr.RMSNorm(64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        spc.weight.copy_(w)
+    parallelize_module(spc, mesh, SequenceParallel())
+    xc = D(x, Shard(1)).requires_grad_()
+    yc = torch.compile(spc, fullgraph=True)(xc)
+    yc.backward(D(gy, Shard(1)))
+    assert torch.equal(yc.full_tensor(), yp) and torch.equal(xc.grad.full_tensor(), xp.grad)
+    assert torch.equal(spc.weight.grad.full_tensor(), gw.full_tensor())
     _patched_llama_tensor_parallel(mesh)
     return rank
 
 
-def _patched_llama_tensor_parallel(mesh):
-    """A patched transformers Llama under a tensor + sequence parallel plan (torchtitan's: the
-    linears column- and row-wise, the norms SequenceParallel): the unsharded model's loss, and
-    norm gradients within FP32 rounding of its."""
-    import copy
-
-    import transformers
+def _llama_plan(cfg):
+    """torchtitan's plan for a transformers Llama: column- and row-wise linears, SequenceParallel
+    norms, the residual stream sharded along the sequence between them."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
-
-    import cake_rmsnorm as cr
-    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    ref = transformers.LlamaForCausalLM(cfg)
-    model = copy.deepcopy(ref)
-    assert len(cr.patch(model).replaced) == 2 * cfg.num_hidden_layers + 1
+                                                   SequenceParallel)
     plan = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
             "model.norm": SequenceParallel(),
             "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
@@ -120,7 +119,26 @@ def _patched_llama_tensor_parallel(mesh):
             p + "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             p + "mlp.gate_proj": ColwiseParallel(), p + "mlp.up_proj": ColwiseParallel(),
             p + "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1))})
-    parallelize_module(model, mesh, plan)
+    return plan
+
+
+def _patched_llama_tensor_parallel(mesh):
+    """A patched transformers Llama under a tensor + sequence parallel plan (torchtitan's: the
+    linears column- and row-wise, the norms SequenceParallel): the unsharded model's loss, and
+    norm gradients within FP32 rounding of its."""
+    import copy
+
+    import transformers
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    import cake_rmsnorm as cr
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(cfg)
+    model = copy.deepcopy(ref)
+    assert len(cr.patch(model).replaced) == 2 * cfg.num_hidden_layers + 1
+    parallelize_module(model, mesh, _llama_plan(cfg))
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     pos = torch.arange(16).expand(2, 16)  # the rotary tables of the whole sequence, not a shard's
     loss = model(input_ids=ids, labels=ids, position_ids=pos).loss
@@ -137,13 +155,51 @@ def _patched_llama_tensor_parallel(mesh):
             assert (g - g0).norm() <= 1e-5 * g0.norm(), n
 
 
-def _worker(rank, port, out):
+def _fsdp_over_tensor_parallel(rank, mesh):
+    """FSDP2 over a (dp, tp) mesh with the tensor + sequence parallel plan on tp: every dp rank
+    trains the same batch, so the loss and the norms' gradients are the unsharded model's."""
+    import copy
+
+    import transformers
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    import cake_rmsnorm as cr
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(cfg)
+    model = copy.deepcopy(ref)
+    cr.patch(model)
+    parallelize_module(model, mesh["tp"], _llama_plan(cfg))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(16).expand(2, 16)
+    loss = model(input_ids=ids, labels=ids, position_ids=pos).loss
+    loss.backward()
+    ref_loss = ref(input_ids=ids, labels=ids, position_ids=pos).loss
+    ref_loss.backward()
+    assert abs(loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item())
+    ref_params = dict(ref.named_parameters())
+    for n, p in model.named_parameters():
+        if "norm" in n:
+            g, g0 = p.grad.full_tensor(), ref_params[n].grad
+            assert (g - g0).norm() <= 1e-5 * g0.norm(), n
+    return rank
+
+
+def _worker(rank, port, out, case, world):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     code = 0
     try:
         from torch.distributed.device_mesh import init_device_mesh
-        _cases(rank, init_device_mesh("cpu", (WORLD,)))
+        if case == "1d":
+            _cases(rank, init_device_mesh("cpu", (world,)))
+        else:
+            _fsdp_over_tensor_parallel(rank, init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")))
         with open(os.path.join(out, f"ok{rank}"), "w") as f:
             f.write("ok")
     except BaseException as e:  # noqa: BLE001  (reported through the file; the process must exit)
@@ -156,18 +212,21 @@ def _worker(rank, port, out):
         os._exit(code)  # gloo's threads make interpreter teardown hang
 
 
-def test_dtensor_ops_and_sequence_parallel_module(tmp_path):
+@pytest.mark.parametrize("case,world", [("1d", WORLD), ("fsdp_tp", 4)])
+def test_dtensor_ops_modules_and_models(case, world, tmp_path):
+    """1d: the ops, the module (eager and compiled) and a patched Llama on a 1-D tp mesh;
+    fsdp_tp: a patched Llama under FSDP2 over a (dp 2, tp 2) mesh, 4 processes."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.spawn(_worker, args=(port, str(tmp_path)), nprocs=WORLD, join=False)
+    ctx = mp.spawn(_worker, args=(port, str(tmp_path), case, world), nprocs=world, join=False)
     try:
         ctx.join(timeout=600)
     except mp.ProcessExitedException:
         pass  # a failing rank exits 1; its error is in its file
     errors = [p.read_text() for p in sorted(tmp_path.glob("err*"))]
     assert not errors, errors
-    assert sorted(p.name for p in tmp_path.glob("ok*")) == [f"ok{r}" for r in range(WORLD)]
+    assert sorted(p.name for p in tmp_path.glob("ok*")) == [f"ok{r}" for r in range(world)]
 
 
 def test_rules_register_when_dtensor_is_imported_later():
