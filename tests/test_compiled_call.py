@@ -60,7 +60,8 @@ def test_python_wrapper_calls_the_binding(device, dtype, gen):
     # bwd_dx into inductor's buffer; bwd's dw in a 16-bit w's dtype comes from the functional op
     assert bwd.count("cake_rmsnorm._lowering.bwd_out(") + bwd.count("cake_rmsnorm._lowering.bwd(") == 2
     assert not DISPATCHED.search(fwd + bwd)
-    assert "assert_tensor_metadata(" not in fwd + bwd  # the per-output checks are skipped for ours
+    # Inductor's per-output checks are skipped for ours (the out ops write inductor's own buffers).
+    assert not [line for line in (fwd + bwd).splitlines() if "assert" in line and "cake_rmsnorm" in line]
 
 
 @pytest.mark.parametrize("device", devices())
@@ -108,3 +109,17 @@ def test_shim_declarations_match_the_schemas():
             params = decl[decl.index("(") + 1:decl.index(")")].split(", ")
             assert len(params) == len(schema.arguments) + len(schema.returns), decl
             assert [p.split()[-1] for p in params[:len(schema.arguments)]] == [a.name for a in schema.arguments]
+
+
+def test_fx_graph_cache_still_hits(tmp_path, monkeypatch):
+    """The shim declarations (OpOverload keys, which do not pickle) stay out of inductor's cache
+    key, so a graph with the ops is served from the FX graph cache the second time."""
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, w = torch.randn(4, H), torch.randn(H)
+    counters.clear()
+    with inductor_config.patch(fx_graph_cache=True):
+        for _ in range(2):
+            torch._dynamo.reset()
+            torch.compile(lambda x: cr.cake_rmsnorm(x, w), fullgraph=True)(x)
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1, dict(counters["inductor"])

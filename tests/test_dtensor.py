@@ -48,6 +48,13 @@ def _cases(rank, mesh):
     ops.fwd_out(D(x, Shard(1)), D(w, Replicate()), eps, y_out, rstd_out)
     assert torch.equal(y_out.full_tensor(), y0) and torch.equal(rstd_out.full_tensor(), rstd0)
 
+    # A written argument keeps its placement: a replicated y under sharded rows gets the whole
+    # result (the rows gathered), never a dropped write into a temporary.
+    y_rep, rstd_rep = D(torch.zeros_like(x), Replicate()), D(torch.zeros(2, 8), Replicate())
+    ops.fwd_out(D(x, Shard(1)), D(w, Replicate()), eps, y_rep, rstd_rep)
+    assert y_rep.placements == (Replicate(),) and torch.equal(y_rep.to_local(), y0)
+    assert torch.equal(rstd_rep.to_local(), rstd0)
+
     # Backward ops: dx sharded with the unsharded bits, dw a Partial FP32 sum.
     sx, sg, sr = D(x, Shard(1)), D(gy, Shard(1)), D(rstd0, Shard(1))
     dx, dw = ops.bwd(sg, sx, D(w, Replicate()), sr, None, False)
@@ -57,6 +64,28 @@ def _cases(rank, mesh):
     assert torch.allclose(dw.full_tensor(), dw0, rtol=1e-5, atol=1e-5)
     assert torch.equal(ops.bwd_dx(sg, sx, D(w, Replicate()), sr, D(res, Shard(1))).full_tensor(),
                        ops.bwd_dx(gy, x, w, rstd0, res))
+
+    # bwd_out accumulating into a replicated FP32 buffer (main_grad): every rank's copy gets the
+    # whole sum once (rows gathered). With dx sharded beside it no strategy keeps both written
+    # placements: refused, nothing dropped.
+    mg = D(torch.full((64,), 0.5), Replicate())
+    dx_o = D(torch.empty_like(x), Replicate())
+    ops.bwd_out(sg, sx, D(w, Replicate()), sr, None, dx_o, mg, None, 0, True)
+    assert torch.equal(dx_o.to_local(), dx0)
+    assert torch.allclose(mg.to_local(), dw0 + 0.5, rtol=1e-5, atol=1e-5)
+    try:
+        ops.bwd_out(sg, sx, D(w, Replicate()), sr, None, D(torch.empty_like(x), Shard(1)), mg, None, 0, True)
+        raise AssertionError("a sharded dx beside a replicated main_grad was accepted")
+    except RuntimeError as e:
+        assert "no valid sharding strategy" in str(e)
+    # Through autograd with main_grad: reduced in FP32, then added.
+    mg2 = D(torch.zeros(64), Replicate())
+    xa = D(x, Shard(1)).requires_grad_()
+    cr.cake_rmsnorm(xa, D(w, Replicate()).requires_grad_(), eps, main_grad=mg2).backward(D(gy, Shard(1)))
+    assert torch.allclose(mg2.to_local(), dw0, rtol=1e-5, atol=1e-5)
+    # bwd with dw in w's 16-bit dtype: the rounded dw is never a Partial sum.
+    _, dw16 = ops.bwd(sg, sx, D(w, Replicate()), sr, None, True)
+    assert dw16.placements == (Replicate(),) and dw16.dtype == torch.bfloat16
 
     # A sharded feature dim or weight is gathered (redistributed), as for torch's rms_norm.
     y, _ = ops.fwd(D(x, Shard(2)), D(w, Shard(0)), eps, None)

@@ -213,8 +213,10 @@ def _pass_class():
             fuse_residual_adds(graph)
 
         def uuid(self):
+            from . import _lowering
             inner = self.then.uuid() if self.then is not None and hasattr(self.then, "uuid") else None
-            return (self._uuid, inner)
+            # What the lowerings generate depends on whether they are installed and on the binding.
+            return (self._uuid, _lowering.installed, _lowering.direct is not None, inner)
 
     return ResidualFusionPass
 

@@ -10,12 +10,15 @@ op's. Where an out op computes the same result, the line calls it on buffers ind
 itself (``fwd_out``, ``fwd_residual_out``, ``bwd_out``), so a dead buffer of the graph can be reused
 instead of allocated; and it skips inductor's check of each output's size and strides, which cost about as
 much as the call (the bodies allocate what the fakes say; opcheck holds them to it). The graph
-keeps the registered ops, so dynamo, AOTAutograd, the residual-fusion pass, the
-FX graph cache and export see what they saw before.
+keeps the registered ops, so dynamo, AOTAutograd, the residual-fusion pass and export see
+what they saw before; the FX graph cache keys on this module's source and state through the
+fusion pass's uuid.
 
 Under ``cpp_wrapper`` the generated C++ calls the ops' C shims (``csrc/torch/shims.cpp``, in the
 library ``_C``, which the package loads into the global namespace) instead of the dispatcher:
-install() declares them in ``torch._inductor.config.aot_inductor.custom_ops_to_c_shims``.
+install() declares them in ``torch._inductor.config.aot_inductor.custom_ops_to_c_shims``. An
+AOTInductor package compiled so calls them too: the process that loads it must have loaded
+``_C`` into the global namespace (importing cake_rmsnorm does).
 
 Installed with the fusion pass, when torch.compile first traces an op (the ops' fakes run then).
 ``CAKE_RMSNORM_COMPILE_DIRECT=0`` leaves inductor's lowerings alone. The lowering uses inductor's
@@ -104,6 +107,11 @@ def install():
     for name in OPS:
         shims.setdefault(getattr(ops, name).default, shim_declarations(name))
     config.aot_inductor.custom_ops_to_c_shims = shims
+    # Its OpOverload keys do not pickle into inductor's cache key (which would bypass the FX graph
+    # cache for every graph): the fusion pass's uuid carries this module's source and state instead.
+    ignored = getattr(config, "_cache_config_ignore_prefix", None)
+    if isinstance(ignored, list) and "aot_inductor.custom_ops_to_c_shims" not in ignored:
+        ignored.append("aot_inductor.custom_ops_to_c_shims")
     for op, (constraint, handler) in lowerings.items():
         if op in lowering.lowerings:  # someone registered their own lowering: theirs stands
             continue

@@ -15,6 +15,7 @@ package (importing it costs about 0.65 s, which a process that never uses DTenso
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 from ._lib import ops
 
@@ -31,13 +32,21 @@ ROLES = {
     "fwd_residual_out": ("rrw-rrr", ""),
     "bwd_out": ("rrwrrrpw--", ""),
 }
+# The out ops' written arguments ("!").
+_WRITES = {"fwd_out": "---!!", "fwd_residual_out": "----!!!", "bwd_out": "-----!!!--"}
 _DTENSOR = "torch.distributed.tensor"
 installed = False
 
 
-def _strategies(roles, outputs, args):
+def _strategies(name, roles, outputs, args):
     """The acceptable (output placements, input placements) of one call: every non-feature dim
-    of the first argument sharded, or everything replicated."""
+    of the first argument sharded, or everything replicated.
+
+    An out op's written arguments keep their placements: DTensor would redistribute one that
+    differs into a temporary and drop the write, so only strategies that name each written
+    argument's own placement are offered (a replicated main_grad under sharded rows leaves the
+    all-replicated strategy: the rows are gathered, and the result is right). bwd's dw in a
+    16-bit w's dtype is not a sum DTensor may add up after the rounding: replicated only."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     ndim = args[0].ndim
@@ -49,11 +58,16 @@ def _strategies(roles, outputs, args):
             return Replicate()
         return Partial() if role == "p" else Shard(d)
 
+    written = {i for i in range(len(args)) if name.endswith("_out") and _WRITES[name][i] == "!"}
+    dims = [*range(ndim - 1), None]
+    if name == "bwd" and len(args) > 5 and args[5]:
+        dims = [None]
     out = []
-    for d in [*range(ndim - 1), None]:
+    for d in dims:
         ins = [place(roles[i], a, d) for i, a in enumerate(args)]
-        outs = [place(r, True, d) for r in outputs]
-        out.append((outs, ins))
+        if any(args[i] is not None and any(p != ins[i] for p in args[i].placements) for i in written):
+            continue
+        out.append(([place(r, True, d) for r in outputs], ins))
     return out
 
 
@@ -65,8 +79,8 @@ def install():
     from torch.distributed.tensor.experimental import register_sharding
 
     for name, (roles, outputs) in ROLES.items():
-        def rule(*args, _roles=roles, _outputs=outputs, **kwargs):
-            return _strategies(_roles, _outputs, args)
+        def rule(*args, _name=name, _roles=roles, _outputs=outputs, **kwargs):
+            return _strategies(_name, _roles, _outputs, args)
         register_sharding(getattr(ops, name).default)(rule)
     installed = True
     return True
@@ -78,26 +92,43 @@ def is_dtensor(t):
     return mod is not None and isinstance(t, mod.DTensor)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs install() right after torch.distributed.tensor is first imported."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs install() right after torch.distributed.tensor is first imported. It stays on
+    sys.meta_path until then (a find_spec probe that imports nothing leaves it armed)."""
+
+    _busy = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != _DTENSOR:
+        if fullname != _DTENSOR or self._busy:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
         if spec is None or spec.loader is None:
             return spec
-        self._inner = spec.loader
-        spec.loader = self
+        inner = spec.loader
+        finder = self
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return inner.create_module(spec)
+
+            def exec_module(self, module):
+                inner.exec_module(module)
+                if finder in sys.meta_path:
+                    sys.meta_path.remove(finder)
+                try:
+                    install()
+                except Exception as e:  # noqa: BLE001  (the user's import must not fail for us)
+                    warnings.warn(f"cake_rmsnorm: DTensor sharding rules not registered: {e!r}")
+
+            def __getattr__(self, attr):
+                return getattr(inner, attr)
+
+        spec.loader = Loader()
         return spec
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        install()
 
 
 def _arm():

@@ -25,6 +25,10 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
     if grad_y is None:
         grad_y = torch.zeros_like(xs)
     if main_grad is not None:
+        if type(xs) is not torch.Tensor and is_dtensor(xs):  # reduce in FP32, then accumulate
+            dx, dw = _sharded_backward(grad_y, xs, w, rstd, g_res, torch.float32)
+            main_grad.add_(dw)
+            return dx, None
         dx = torch.empty_like(xs)
         _bwd_out(grad_y, xs, w, rstd, g_res, dx, main_grad, None, 0, True)
         return dx, None
@@ -35,13 +39,13 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
     return _bwd_dx(grad_y, xs, w, rstd, g_res), None
 
 
-def _sharded_backward(grad_y, xs, w, rstd, g_res):
+def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None):
     """DTensor rows: each rank's dw is a Partial FP32 sum; DTensor reduces it in FP32, and the
-    cast to w's dtype comes once, after the reduction."""
+    cast to w's dtype (or ``dtype``) comes once, after the reduction."""
     from torch.distributed.tensor import Replicate
     dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
     dw = dw.redistribute(dw.device_mesh, [Replicate() if p.is_partial() else p for p in dw.placements])
-    return dx, dw.to(w.dtype)
+    return dx, dw.to(dtype or w.dtype)
 
 
 class CakeRMSNormFunction(torch.autograd.Function):
