@@ -164,7 +164,7 @@ def test_each_binding_gives_the_ops_bits(binding):
     if binding == "shims" and probe == "None":
         pytest.skip(f"torch {torch.__version__} has no stable Python shims")
     assert probe == ("None" if binding == "off" else binding)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__, "-k",
                           "bits_equal_the_ops or autograd_takes_the_direct_path or refusals_through"],
                          env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
