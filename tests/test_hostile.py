@@ -168,6 +168,52 @@ def test_nonfinite_values_stay_where_torch_keeps_them(case, dtype, device):
         _same_nonfinite(a, b, f"{case} {name}")
 
 
+def _confined_like_the_cpu_path(gpu, cpu, name):
+    """The GPU's non-finite dw columns are the CPU path's, each the CPU's value or NaN (the
+    GPU's unguarded per-row sums, docs/refusals.md); every finite column is the CPU's bits."""
+    gpu, cpu = gpu.cpu(), cpu.cpu()
+    bad = ~cpu.isfinite()
+    assert torch.equal(~gpu.isfinite(), bad), f"{name}: non-finite at {(~gpu.isfinite()).nonzero().tolist()}, CPU's at {bad.nonzero().tolist()}"
+    assert bool((gpu[bad].isnan() | (gpu[bad] == cpu[bad])).all()), name
+    assert torch.equal(gpu[~bad].view(torch.int32), cpu[~bad].view(torch.int32)), f"{name}: finite bits differ"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("H,T", [(512, 3), (512, 1000), (1536, 255), (2048, 255), (2048, 4099), (4096, 777),
+                                 (6144, 256), (256, 9001), (131072, 37)])
+@pytest.mark.parametrize("act", ["bf16", "bf16_residual", "fp32", "fp32_bf16_out"])
+def test_gpu_dw_keeps_an_inf_of_g_to_its_column(H, T, act):
+    """Every backward program (one launch, row pairs, rings, the wide rows' second sweep, the FP32
+    rows) keeps an Inf of g to its dw column, where the CPU path has +Inf, -Inf, or NaN where both
+    signs meet, and every other column keeps the CPU path's bits."""
+    dt = torch.float32 if act.startswith("fp32") else torch.bfloat16
+    H = min(H, 16384) if dt == torch.float32 else H  # FP32 rows' widest on CUDA
+    gen = torch.Generator().manual_seed(H * 7 + T)
+    gdt = torch.bfloat16 if act == "fp32_bf16_out" else dt
+    x = torch.randn(T, H, generator=gen).to(dt)
+    g = torch.randn(T, H, generator=gen).to(gdt)
+    w = (1 + 0.1 * torch.randn(H, generator=gen)).to(dt)
+    rows = torch.randperm(T, generator=gen)[:3].tolist()
+    g[rows[0], 5] = float("inf")
+    g[rows[1], H - 3] = -float("inf")
+    g[rows[2], H // 2] = float("inf")
+    g[rows[0], H // 2] = -float("inf")  # both signs in one column: NaN
+    for r, col in ((rows[0], 5), (rows[1], H - 3), (rows[2], H // 2), (rows[0], H // 2)):
+        x[r, col] = 1.0  # xhat > 0: each Inf keeps its sign in g * xhat
+    gr = torch.randn(T, H, generator=gen).to(dt) if act == "bf16_residual" else None
+    kw = {"out_dtype": torch.bfloat16} if act == "fp32_bf16_out" else {}
+    _, rstd = cr.cake_rmsnorm_train_forward(x.cuda(), w.cuda(), 1e-6, **kw)  # one rstd for both (dw's bits are promised, rstd's not)
+    dws = []
+    for dev in ("cuda", "cpu"):
+        _, dw = cr.cake_rmsnorm_train_backward(g.to(dev), x.to(dev), w.to(dev), rstd.to(dev),
+                                               g_residual=None if gr is None else gr.to(dev))
+        dws.append(dw.float())
+    gpu, cpu = dws
+    assert cpu[5].item() == float("inf") and cpu[H - 3].item() == -float("inf") and cpu[H // 2].isnan()
+    _confined_like_the_cpu_path(gpu, cpu, f"dw, {act}, H {H}, T {T}")
+
+
 @pytest.mark.parametrize("fullgraph", [False, True])
 def test_bad_eps_under_compile_is_named(fullgraph):
     """A bad eps refused while dynamo traces: the ValueError itself, or (fullgraph) dynamo's
