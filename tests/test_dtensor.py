@@ -5,6 +5,7 @@ a patched transformers Llama trains under a tensor + sequence parallel plan."""
 
 import os
 import socket
+import traceback
 
 import pytest
 import torch
@@ -77,7 +78,7 @@ def _cases(rank, mesh):
         ops.bwd_out(sg, sx, D(w, Replicate()), sr, None, D(torch.empty_like(x), Shard(1)), mg, None, 0, True)
         raise AssertionError("a sharded dx beside a replicated main_grad was accepted")
     except RuntimeError as e:
-        assert "no valid sharding strategy" in str(e)
+        assert "Sharding propagation failed for cake_rmsnorm.bwd_out" in str(e)  # torch 2.13 words the cause differently
     # Through autograd with main_grad: reduced in FP32, then added.
     mg2 = D(torch.zeros(64), Replicate())
     xa = D(x, Shard(1)).requires_grad_()
@@ -227,7 +228,7 @@ def _worker(rank, port, out, case, world):
             f.write("ok")
     except BaseException as e:  # noqa: BLE001  (reported through the file; the process must exit)
         with open(os.path.join(out, f"err{rank}"), "w") as f:
-            f.write(f"{type(e).__name__}: {e}")
+            f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}")
         code = 1
     try:
         dist.barrier()
@@ -235,11 +236,6 @@ def _worker(rank, port, out, case, world):
         os._exit(code)  # gloo's threads make interpreter teardown hang
 
 
-_TORCH = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-
-
-@pytest.mark.skipif(_TORCH < (2, 14), reason="torch < 2.14: the 1-D case fails one of its assertions on torch "
-                    "2.13.0 (CI's CPU stage), not yet diagnosed; DTensor is tested on torch 2.14")
 @pytest.mark.parametrize("case,world", [("1d", WORLD), ("fsdp_tp", 4)])
 def test_dtensor_ops_modules_and_models(case, world, tmp_path):
     """1d: the ops, the module (eager and compiled) and a patched Llama on a 1-D tp mesh;
