@@ -115,3 +115,32 @@ def test_fp32_activation_plans():
 def test_plan_dtype_refusals(kwargs):
     with pytest.raises(TypeError, match="dtype"):
         cr.launch_plan("fwd", 512, 1, **kwargs, **H200)
+
+
+def _walk_widths():
+    return sorted(set(range(8, 4097, 8)) | set(range(4096, 16385, 64)) | set(range(16384, 65537, 1024)) | {131072})
+
+
+@pytest.mark.parametrize("route", ["fwd", "fwd_residual"])
+def test_every_forward_plan_has_a_compiled_instance(route):
+    """The streaming forward compiles only the (w load, sync) pairs a plan can choose (plan.h,
+    forward_stream_instance; the plan query refuses any other). Every table's every window, at
+    its edges and at powers of two inside it, both weight dtypes: each plan is served."""
+    sms = {90: 132}
+    seen = set()
+    for sm in cr.SHIPPED_ARCHS:
+        for H in _walk_widths():
+            try:
+                windows = cr.program_windows(route, H, sm=sm)[route]
+            except ValueError:
+                continue  # a width this route does not serve
+            for lo, hi, _ in windows:
+                ts = {max(lo, 1), max(lo + 1, 1)} | ({hi - 1, hi} if hi else {lo + 4096, lo + (1 << 20)})
+                ts |= {t for t in (1 << k for k in range(21)) if lo < t and (hi is None or t <= hi)}
+                for T in sorted(ts):
+                    for wd in (torch.bfloat16, torch.float32):
+                        p = cr.launch_plan(route, H, T, weight_dtype=wd, sm=sm, sms=sms.get(sm, 100))
+                        if p["kernel"] == "streaming":
+                            seen.add((p["w_load"], p["warp_sync"], wd == torch.float32))
+    loads = {"with x", "after the sum of squares", "at each use"} if route == "fwd" else {"with x"}
+    assert {s[0] for s in seen} == loads and {s[1] for s in seen} == {False, True}, seen  # every kind was walked

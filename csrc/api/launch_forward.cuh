@@ -44,6 +44,17 @@ bool launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
   return true;
 }
 
+// A streaming instance, compiled only where a plan can choose it (plan.h, forward_stream_instance).
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
+int launch_stream(const FwdParams& q, unsigned grid, int cta, cudaStream_t s) {
+  if constexpr (forward_stream_instance(kW, kSync, sizeof(WT) == 4, RES, VPT)) {
+    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, kW, kSync><<<grid, cta, 0, s>>>(q);
+    return static_cast<int>(cudaGetLastError());
+  } else {
+    return static_cast<int>(cudaErrorInvalidConfiguration);  // no plan gives it
+  }
+}
+
 // The plan's instance (dispatch/plan.h): the ring kernel on a persistent grid of at most the
 // resident CTAs, or the streaming kernel with the plan's w load, its constant-width instance
 // where the plan says exact.
@@ -58,13 +69,11 @@ int launch_forward_sync(const FwdParams& p, const FwdPlan& plan, cudaStream_t s)
     const int64_t blocks = ceil_div(p.rows, rpc);
     if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned grid = static_cast<unsigned>(blocks);
-    if (plan.wload == WLoad::kAtUse)
-      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kAtUse, kSync><<<grid, prog.cta, 0, s>>>(q);
-    else if (plan.wload == WLoad::kBeforeSum)
-      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kBeforeSum, kSync><<<grid, prog.cta, 0, s>>>(q);
-    else if (!plan.exact || !launch_exact<T, WT, RES, VPT, kSync>(q, prog, s))
-      rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, kSync><<<grid, prog.cta, 0, s>>>(q);
-    return static_cast<int>(cudaGetLastError());
+    if (plan.wload == WLoad::kAtUse) return launch_stream<T, WT, RES, VPT, WLoad::kAtUse, kSync>(q, grid, prog.cta, s);
+    if (plan.wload == WLoad::kBeforeSum)
+      return launch_stream<T, WT, RES, VPT, WLoad::kBeforeSum, kSync>(q, grid, prog.cta, s);
+    if (plan.exact && launch_exact<T, WT, RES, VPT, kSync>(q, prog, s)) return static_cast<int>(cudaGetLastError());
+    return launch_stream<T, WT, RES, VPT, WLoad::kFirst, kSync>(q, grid, prog.cta, s);
   }
   auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT, kSync>;
   const size_t smem = forward_smem_bytes(prog.cta, VPT, prog.stages, RES);

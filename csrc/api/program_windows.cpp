@@ -72,6 +72,8 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   const bool res = cake::has_residual(r);
   if (cake::is_forward(r)) {
     const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32, res, cake::arch_table(sm));
+    if (f.program.stages == 0 && !cake::forward_stream_instance(f.wload, f.sync, w_fp32, res, f.program.vpt))
+      return -2;  // a plan with no compiled instance: the launcher would refuse it (plan.h)
     cake::program_name(f.program, out->program, sizeof(out->program));
     out->streaming = f.program.stages == 0;
     out->exact = f.exact;

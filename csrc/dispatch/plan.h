@@ -63,6 +63,18 @@ constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, b
   return f;
 }
 
+// The streaming instances plan_forward can return, by (w load, sync, FP32 w, route, VPT): the
+// launcher compiles these and no others, and the plan query refuses a plan outside them
+// (tests/test_plan.py walks every plan of every table). kWarp runs w first; w at each use is the
+// plain route's FP32 w at VPT 6 and 8; w before the sum the plain route's other wide programs;
+// w first with named barriers the residual route's and an FP32 w's groups of two warps or more.
+constexpr bool forward_stream_instance(WLoad wload, GroupSync sync, bool w_fp32, bool residual, int vpt) {
+  if (sync == GroupSync::kWarp) return vpt <= 4 && wload == WLoad::kFirst;
+  if (wload == WLoad::kAtUse) return !residual && w_fp32 && vpt >= 6;
+  if (wload == WLoad::kBeforeSum) return !residual && !(w_fp32 && vpt >= 6);
+  return residual || (w_fp32 && vpt <= 4);
+}
+
 // ---- backward ---------------------------------------------------------------------------
 
 // Columns a finalize CTA takes: 8 (256 threads) while that grid still fits one CTA a SM, so

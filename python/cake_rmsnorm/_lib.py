@@ -176,8 +176,10 @@ _W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
 def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_code: int, y_code: int):
     """The launch plan as a dict (dtype codes as cake_dtype_t), or None when not served."""
     out = _Plan()
-    if _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, x_code, w_code, y_code,
-                                   ctypes.byref(out)) != 0:
+    rc = _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, x_code, w_code, y_code, ctypes.byref(out))
+    if rc == -2:  # never by design (dispatch/plan.h): a plan the library compiled no kernel for
+        raise RuntimeError(f"launch_plan: the {route} plan for hidden {hidden}, {rows} rows on sm {sm} has no compiled kernel")
+    if rc != 0:
         return None
     d = {"program": out.program.decode(), "exact": bool(out.exact), "measured": bool(out.table_measured)}
     if route.startswith("fwd"):

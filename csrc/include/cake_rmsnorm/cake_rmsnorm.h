@@ -125,7 +125,8 @@ CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int
 /* What one launch runs (dispatch/plan.h): the plan the launchers resolve for `rows` rows of
  * `hidden` on `route`, activations of x_dtype, a weight of w_dtype and y (forward) or g
  * (backward) of y_dtype, on architecture `sm` with `sms` SMs (the finalize's shape depends on
- * it). Returns 0, or -1 when the route, width or dtype combination is not served. */
+ * it). Returns 0, -1 when the route, width or dtype combination is not served, or -2 when the
+ * plan's kernel is not compiled into the library (none is, by design: the tests walk every plan). */
 typedef struct {
   char program[48];      /* 16-bit x: as cake_rmsnorm_program_windows names it, _r<rows> where a
                             streaming group takes several rows; FP32 x: fp32_t<threads a row>x<rows
