@@ -125,6 +125,7 @@ def _cases(rank, mesh):
     assert torch.equal(yc.full_tensor(), yp) and torch.equal(xc.grad.full_tensor(), xp.grad)
     assert torch.equal(spc.weight.grad.full_tensor(), gw.full_tensor())
     _patched_llama_tensor_parallel(mesh)
+    _patched_llama_tensor_parallel(mesh, compiled=True)
     return rank
 
 
@@ -152,10 +153,10 @@ def _llama_plan(cfg):
     return plan
 
 
-def _patched_llama_tensor_parallel(mesh):
+def _patched_llama_tensor_parallel(mesh, compiled=False):
     """A patched transformers Llama under a tensor + sequence parallel plan (torchtitan's: the
-    linears column- and row-wise, the norms SequenceParallel): the unsharded model's loss, and
-    norm gradients within FP32 rounding of its."""
+    linears column- and row-wise, the norms SequenceParallel), eager or compiled with
+    fullgraph=True: the unsharded model's loss, and norm gradients within FP32 rounding of its."""
     import copy
 
     import transformers
@@ -171,6 +172,9 @@ def _patched_llama_tensor_parallel(mesh):
     parallelize_module(model, mesh, _llama_plan(cfg))
     norms = [n for n, _ in model.named_parameters() if "norm" in n]
     assert len(norms) == 2 * cfg.num_hidden_layers + 1
+    if compiled:
+        torch._dynamo.reset()
+        model.compile(fullgraph=True)  # in place: the parameters keep their names
     _matches_unsharded(model, ref)
 
 
@@ -238,7 +242,7 @@ def _worker(rank, port, out, case, world):
 
 @pytest.mark.parametrize("case,world", [("1d", WORLD), ("fsdp_tp", 4)])
 def test_dtensor_ops_modules_and_models(case, world, tmp_path):
-    """1d: the ops, the module (eager and compiled) and a patched Llama on a 1-D tp mesh;
+    """1d: the ops, the module and a patched Llama (each eager and compiled) on a 1-D tp mesh;
     fsdp_tp: a patched Llama under FSDP2 over a (dp 2, tp 2) mesh, 4 processes."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
