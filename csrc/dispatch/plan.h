@@ -20,9 +20,8 @@ namespace cake {
 constexpr bool multirow_instance(bool w_fp32, bool residual, int vpt) { return !residual && (!w_fp32 || vpt <= 3); }
 
 // A program of several rows a group with no instance for them runs the ring program of its row
-// group instead, with the same bits: with an FP32 w at H 256 and 1024 that ring measured faster
-// than one row a group (H 256 T 16384 6.5 vs 7.25 us, H 1024 T 65536 70.0 vs 75.0;
-// runs/h200-stream-rows.md).
+// group instead, with the same bits: with an FP32 w that ring measured faster than one row a
+// group (docs/perf/dispatch.md#rows-fallback).
 constexpr Program without_rows(Program prog, bool w_fp32, bool residual, const ArchTable& t = kSm90) {
   if (prog.group_rows == 1 || multirow_instance(w_fp32, residual, prog.vpt)) return prog;
   Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr, t), t.fwd_cta_cap, false, t);
@@ -39,11 +38,10 @@ struct FwdPlan {
 
 // Groups of at most a warp with up to 4 vectors a thread run the instance without barrier or
 // scratch (GroupSync::kWarp) and its lean row code; the same bits either way. Where the
-// streaming kernel loads w, as measured on the plain route (runs/h200-stream-wload.md): late at
+// streaming kernel loads w, the fastest on the plain route (docs/perf/dispatch.md#wload): late at
 // VPT 6 and 8 (at each use with an FP32 w) and for groups of two warps or more (an FP32 w there
-// only from 2^26 elements: H 4096 T 4096 19.0 us first against 20.75 before the sum, T 65536
-// 269 against 256.5); narrow groups and the residual route measured fastest or tied with w
-// first, where the exact narrow groups take their constant-width instance.
+// only from 2^26 elements); narrow groups and the residual route load w first, where the exact
+// narrow groups take their constant-width instance.
 constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, bool w_fp32, bool residual,
                                const ArchTable& t = kSm90) {
   FwdPlan f{without_rows(table, w_fp32, residual, t), GroupSync::kNamed, WLoad::kFirst, false};
@@ -80,9 +78,8 @@ constexpr bool forward_stream_instance(WLoad wload, GroupSync sync, bool w_fp32,
 // Columns a finalize CTA takes: 8 (256 threads) while that grid still fits one CTA a SM, so
 // narrow rows' partials are pulled by four times the SMs; 32 (1024 threads) otherwise; 128
 // lanes (from kFinalizeWideChunks chunks) take 8 columns, whose warps read whole 32-byte
-// sectors of each chunk's row. Same bits either way. Measured against 32 everywhere
-// (docs/perf/README.md): H 512 bwd 6.25 -> 5.75 us at T 1024, but 8 columns at H 2048 and 4096
-// (256 and 512 CTAs) lost 0.4-0.75 us at T <= 1024, hence the one-CTA-a-SM bound.
+// sectors of each chunk's row. Same bits either way. 8 columns past one CTA a SM measured
+// slower (docs/perf/dispatch.md#finalize-columns).
 struct FinalizeShape {
   int cols, lanes;
 };
@@ -112,8 +109,7 @@ constexpr bool pair_candidate(const Program& prog, int64_t chunk_rows, int chunk
 }
 // Pairs run only while their grid fills at most half the resident CTAs of the pair kernel: a
 // fuller grid leaves the finalize no room to wait beside it (PDL) and loses the second row's
-// prefetch, and measured slower (H 1536 T 1024: 10.25 vs 9.0 us; H 4096 T 256 with 512-thread
-// CTAs: 9.0 vs 8.0 us). dx and dw have the same bits either way.
+// prefetch (docs/perf/dispatch.md#pair-bound). dx and dw have the same bits either way.
 constexpr bool pair_fits(const Program& q, int chunks, int64_t resident) {
   const int units = q.cta / q.tpr / 2;
   return resident > 0 && 2 * ceil_div(chunks, units) <= resident;

@@ -204,7 +204,7 @@ constexpr int forward_groups(int tpr, const ArchTable& t = kSm90) {
 // Plain-forward rows of 64 and 128 elements take two vectors a thread (t4 v2, t8 v2) in place of
 // the VPT target's four (t2 v4, t4 v4): a warp's load then reads 64 or 128 contiguous bytes of
 // each row it touches, not 32 or 64, and the narrow groups' L2 request rate held them behind
-// (H 64 x 1M rows: L2 93.98 % busy at 63.7 % DRAM; docs/perf/dispatch.md#two-vector-rows).
+// (docs/perf/dispatch.md#two-vector-rows).
 constexpr bool two_vector_row(int hidden, bool residual, const ArchTable& t = kSm90) {
   return !residual && hidden >= 64 && hidden <= t.fwd_two_vector_max && (hidden & (hidden - 1)) == 0;
 }
@@ -341,8 +341,8 @@ constexpr Program multirow_streaming(Program p, const ArchTable& t = kSm90) {
 constexpr bool can_stream_rows(const Program& first, int hidden) {
   return first.stages == 0 && first.tpr >= 8 && first.tpr <= 32 && exact_cover(first.tpr, first.vpt, hidden);
 }
-// H 64's group (t4 v2) streams one row a group at every T instead: four rows a group measured
-// 3-8 % slower from 32768 rows and the ring 5-12 % (docs/perf/dispatch.md#two-vector-rows).
+// H 64's group (t4 v2) streams one row a group at every T instead: four rows a group and the
+// ring measured slower (docs/perf/dispatch.md#two-vector-rows).
 constexpr bool streams_everywhere(const Program& ring, int hidden, bool residual, const ArchTable& t = kSm90) {
   return two_vector_row(hidden, residual, t) && ring.tpr < 8;
 }
@@ -360,9 +360,8 @@ static_assert(can_stream_rows(as_streaming(forward_program(256)), 256) && can_st
 
 // Rows wider than ArchTable::bwd_wide_above (10240) take one 512-thread group a CTA at VPT 4
 // (the wide instance, backward.cuh): up to 16384 held whole in the ring, where the 256-thread
-// group (8192 held) read the rest of each row directly twice and again for dw (H 12800 T 4096:
-// 153.9 -> 108.5 us, H 16384 201.0 -> 124.4). Up to 10240 the rest is at most a fifth of the
-// row and one group an SM measured slower (H 8704 83.3 -> 101.5; dispatch.md#wide-rows).
+// group (8192 held) read the rest of each row directly twice and again for dw. Up to 10240 the
+// rest is at most a fifth of the row and one group an SM measured slower (dispatch.md#wide-rows).
 constexpr Program backward_program(int hidden, const ArchTable& t = kSm90) {
   if (hidden > t.bwd_wide_above && hidden > kMaxBwdTpr * 4 * 8)
     return shaped(Program{kMaxBwdWideThreads, 0, 4, 0, 1}, 1, kMaxBwdWideThreads, true, t);

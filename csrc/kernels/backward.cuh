@@ -17,7 +17,7 @@ namespace cake {
 // per instance which products to fuse, and the exact groups' kernels (the same adds in the
 // same order) differed from the runtime-width ones in the last bit of a few elements in a
 // thousand rows. The FMAs are where the compiler had put them (each leaf pair of the sum, the
-// mean's term in dx), so the instruction mix is the one measured before.
+// mean's term in dx), so the instruction mix is the one the timings were taken with.
 __device__ __forceinline__ float gwxhat(float g, float w, float x, float rstd) {
   return __fmul_rn(__fmul_rn(g, w), __fmul_rn(x, rstd));
 }
@@ -230,7 +230,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         if (RES) unpack8<T, kBits>(lds16(src + (2 * VPT + k) * kstep), d);
         wv[k].template get_here<kBits>(wf);
         // dx_and_products' arithmetic, spelled out with the Kahan add in the same loop: calling
-        // it moved this kernel's instruction order (41 instances' SASS), which was measured.
+        // it moves this kernel's instruction order (docs/perf/dispatch.md#bwd-inline-products).
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
@@ -369,8 +369,7 @@ __device__ __forceinline__ void add_chunk_batches(const float* src, int hidden, 
 // instead of 16, where a few SMs had to pull megabytes of partials at small-to-mid T. Both
 // sum the same chunks in the same order: the same bits.
 // 32 registers a thread (2048 threads an SM) let the finalize's CTAs sit beside the main
-// kernel's while they wait (PDL); a 58-register version could not, and measured 1-3 us slower
-// at T=256.
+// kernel's while they wait (PDL; docs/perf/dispatch.md#finalize-kernel).
 // OutT: FP32, or the 16-bit weight's own type, so autograd gets dw in w's dtype from this
 // kernel (one rounding of the compensated sum) instead of from a separate cast kernel.
 template <int COLS, int LANES, typename OutT>
@@ -385,8 +384,8 @@ __global__ void __launch_bounds__(COLS * LANES, 2048 / (COLS * LANES))
   float s = 0.f, c = 0.f;
   if (col < hidden) {
     // Batches of 16, then 4, then single chunks, each batch's unpredicated loads in flight
-    // before its ordered adds (predicated batches measured slower at 2048 chunks: the
-    // 32-register budget kept only four loads in flight).
+    // before its ordered adds (predicated ones kept only four in flight in 32 registers;
+    // docs/perf/dispatch.md#finalize-kernel).
     int k = lane;
     add_chunk_batches<16, LANES>(partials + col, hidden, chunks, k, s, c);
     add_chunk_batches<4, LANES>(partials + col, hidden, chunks, k, s, c);

@@ -23,8 +23,8 @@ CAKE_HD inline void kahan_add(float& s, float& c, float v) {
 }
 
 // kahan_add without the finite-range guard, for the GPU backward's per-row dw sums: the same
-// bits for finite terms, an Inf term turns the column NaN (guarding there measured 1-3 % of
-// backward time at H 1536 and 4096, docs/refusals.md).
+// bits for finite terms, an Inf term turns the column NaN (the guard costs backward time there;
+// docs/refusals.md, docs/perf/dispatch.md#inf-guard).
 CAKE_HD inline void kahan_add_hot(float& s, float& c, float v) {
   const float y = v - c;
   const float t = s + y;

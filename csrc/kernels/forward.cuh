@@ -39,10 +39,9 @@ struct StreamW {
   }
 };
 
-// At most 64 registers a thread (two 512-thread CTAs, four of 256) for kBeforeSum at VPT <= 4:
-// uncapped, its FP32-w instances held 80 (8 bytes spill at the cap). kAtUse states one CTA an
-// SM, which ptxas compiles differently from stating none: its FP32-w VPT 6 instance then holds 55
-// registers and took 387 us at H 6144 T 65536; without, it held 52 and took 459 (the ring: 411).
+// At most 64 registers a thread (two 512-thread CTAs, four of 256) for kBeforeSum at VPT <= 4.
+// kAtUse states one CTA an SM: ptxas compiles that differently from stating none, and measured
+// faster so (docs/perf/dispatch.md#stream-launch-bounds).
 template <WLoad kW, int VPT>
 constexpr int stream_min_ctas() {
   return kW == WLoad::kBeforeSum && VPT <= 4 ? 2 : kW == WLoad::kAtUse ? 1 : 0;
@@ -64,13 +63,10 @@ template <typename T, typename WT, bool RES, int VPT, bool kRewiden, GroupSync k
 __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RG& rg, GroupScratch& gs,
                                         W& w, XVec xvec, RVec rvec) {
   constexpr bool kExact = kTpr > 0;
-  // kLean (the instances measured with it: groups of at most a warp, BF16 activations and w):
-  // BF16 widened by bit operations, a power-of-two width's mean by its exact reciprocal, rstd
-  // computed once. The same values. Other instances keep the previous code: with the mean's width test
-  // the VPT 6 streaming kernel issued its last row load after the other vectors' squares and ran
-  // 15-18 % slower (H 6144 T 65536 385 -> 453 us, H 1536 99 -> 115); with an FP32 w the VPT 4
-  // one issued 4 of its 16 loads before its first arithmetic instead of 12, and with FP16
-  // activations VPT 2 and 3 issued half their row loads there (SASS, not measured).
+  // kLean (groups of at most a warp, BF16 activations and w: where it was measured): BF16
+  // widened by bit operations, a power-of-two width's mean by its exact reciprocal, rstd
+  // computed once. The same values. Other instances keep the previous code: there the lean
+  // code moved row loads behind arithmetic (docs/perf/dispatch.md#lean-row-code).
   constexpr bool kLean = kSync == GroupSync::kWarp && std::is_same<T, __nv_bfloat16>::value && sizeof(WT) == 2;
   const int tpr = rg.tpr, lane = rg.lane;
   const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;

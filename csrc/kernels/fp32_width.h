@@ -13,12 +13,9 @@ constexpr int kFp32MaxTpr = 512;   // threads a row: rows up to 8 * 4 * 512 = 16
 constexpr int kFp32MinCta = 128;
 
 // Threads a row for width `hidden`: the fewest (a power of two, at most kFp32MaxTpr) that hold
-// the row in `vectors` float4 vectors a thread. Measured on the H200 against the rule before
-// (four a thread, both directions; docs/perf/runs/h200-fp32-act-*.md):
-//  - the backward takes two: with four, a chunk's row group had too few loads in flight (H 1024
-//    T 16384: 128 -> 56 us, H 6144 T 4096: 155 -> 88, with the ring of fp32_rows.cuh);
-//  - the forward keeps four: two lost up to 16 % at H 2048..4096 (H 2048 T 1024 5.6 -> 6.5 us,
-//    H 4096 T 16384 131 -> 143) and tied at H 1024.
+// the row in `vectors` float4 vectors a thread. The backward takes two (with four, a chunk's
+// row group had too few loads in flight); the forward keeps four, which measured faster
+// (docs/perf/dispatch.md#fp32-vectors).
 constexpr int kFp32BwdVectors = 2;
 constexpr int kFp32FwdVectors = 4;
 CAKE_HD constexpr int fp32_tpr(int hidden, int vectors) {
@@ -33,9 +30,8 @@ CAKE_HD constexpr int fp32_nv(int hidden, int tpr) {
   return need <= 2 ? 2 : need <= 4 ? 4 : 8;
 }
 // The forward loads w after the row's sum where a row is a whole 512-thread CTA (H > 4096):
-// holding it from the start kept two such CTAs an SM (64 registers), loading it late three,
-// H 6144 T 1024..16384 17.0 -> 15.5, 58.2 -> 51.5, 222 -> 194 us; at H 1024..4096 late w lost
-// up to 30 % (H 1024 T 1024 4.0 -> 5.2 us).
+// three such CTAs an SM instead of two; narrower rows measured slower with it
+// (docs/perf/dispatch.md#fp32-late-w).
 CAKE_HD constexpr bool fp32_fwd_late_w(int tpr) { return tpr == kFp32MaxTpr; }
 CAKE_HD constexpr bool fp32_width_ok(int64_t hidden) { return hidden <= int64_t(kFp32MaxVec4) * 4 * kFp32MaxTpr; }
 // The backward's ring: per stage, each thread's NV x vectors, NV g vectors (4 elements of TG),

@@ -38,20 +38,18 @@ CAKE_HD constexpr int finalize_lanes(int chunks) {
 }
 
 // Where the streaming forward loads w, chosen per launch (dispatch/plan.h); the bits are the
-// same for all three. kFirst: with x, so every load of the row is in flight at once; at VPT 6
-// that holds 74-118 registers a thread, and 72-77 with an FP32 w at VPT 4 (2 or 3 CTAs of 256
-// threads an SM). kBeforeSum issues w's loads once the thread's sum of squares is done, where
-// they overlap group_sum: 71-72 registers at VPT 6, 64 forced at VPT <= 4. kAtUse (FP32 w at
-// VPT 6 and 8, which hold 97-128 before the sum) loads each vector as the output needs it: 55-70.
-// docs/perf/runs/h200-stream-wload.md has the measurements.
+// same for all three. kFirst: with x, so every load of the row is in flight at once, at the
+// most registers. kBeforeSum issues w's loads once the thread's sum of squares is done, where
+// they overlap group_sum (64 registers forced at VPT <= 4). kAtUse (FP32 w at VPT 6 and 8)
+// loads each vector as the output needs it, the fewest registers (docs/perf/dispatch.md#wload).
 enum class WLoad { kFirst, kBeforeSum, kAtUse };
 
 // How group_sum's threads meet. kWarp: the kernel instance only runs groups of at most a warp,
 // so it shuffles and needs neither a barrier nor scratch. That matters for occupancy: a named
 // barrier whose id is a register makes ptxas reserve all 16 of the CTA's barriers, which held
-// any such kernel to 4 CTAs an SM on the H200 (ncu "Block Limit Barriers"; with 32-thread CTAs
-// 6 % occupancy), and the 128 bytes of static scratch let the driver pick an 8 KB shared-memory
-// carveout (7 CTAs). kNamed: groups of any width (tpr), as below.
+// any such kernel to 4 CTAs an SM, and static scratch let the driver pick a smaller
+// shared-memory carveout (docs/perf/dispatch.md#group-sync). kNamed: groups of any width
+// (tpr), as below.
 enum class GroupSync { kWarp, kNamed };
 
 struct FwdParams {
@@ -78,8 +76,7 @@ constexpr int kDwColVecs = 1;
 
 // The warp-chunk backward's compiled shapes (backward_team.cuh): exact covers of the tables'
 // narrow programs, H 64 (t4 v2), 96 (t4 v3), 128 (t8 v2), 192 (t8 v3). Not H 256 (t16 v2: two
-// groups a warp), where it measured 0.98-1.03x of one group a chunk
-// (docs/perf/runs/h200-warp-chunks-ab.json).
+// groups a warp), where it gained nothing (docs/perf/dispatch.md#warp-chunks).
 CAKE_HD constexpr bool team_instance(int tpr, int vpt) { return (vpt == 2 || vpt == 3) && (tpr == 4 || tpr == 8); }
 
 struct BwdParams {

@@ -40,8 +40,8 @@ __device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<ui
 
 // kBits (BF16 only): a BF16 value is the top half of its FP32 value, so one shift or one mask
 // an element, where the conversion intrinsic compiles to a byte permute plus a shift for the
-// upper half. The same values; only the instances that were measured with it use it
-// (forward.cuh, kLean): in others it moved the compiler's load schedule.
+// upper half. The same values; used only where it was measured (forward.cuh, kLean): in
+// others it moved the compiler's load schedule (docs/perf/dispatch.md#lean-row-code).
 template <typename T, bool kBits = false>
 __device__ __forceinline__ void unpack8(uint4 raw, float (&f)[kVec]) {
   if constexpr (kBits && std::is_same<T, __nv_bfloat16>::value) {
@@ -100,9 +100,9 @@ __device__ __forceinline__ float tree_sum(const float (&v)[N]) {
 }
 
 // Eight weights kept in registers in their storage type, loaded once per CTA. get() lets the
-// compiler hoist the widening out of the row loop (FP32 copies held throughout: the forward
-// measured faster so); get_here() widens at each use (half the registers for a 16-bit weight:
-// the backward measured faster so; docs/perf/runs/h200-opaque-w-ab.md).
+// compiler hoist the widening out of the row loop (FP32 copies held: faster in the forward);
+// get_here() widens at each use (half the registers for a 16-bit weight: faster in the
+// backward; docs/perf/dispatch.md#weight-widening).
 template <typename WT>
 struct WVec {
   uint4 a;
