@@ -54,7 +54,7 @@ cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t 
                           cake_dtype_t other = CAKE_DTYPE_FP32, bool other_set = false) {
   if (!is_dtype(x) || !is_dtype(w) || !is_dtype(other)) return CAKE_ERR_UNSUPPORTED;
   if (is_16bit(x) && ((w != x && w != CAKE_DTYPE_FP32) || (other_set && other != x))) return CAKE_ERR_UNSUPPORTED;
-  if (rows < 0 || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30))
+  if (rows < 0 || !cake::width_served(hidden))
     return CAKE_ERR_INVALID_ARGUMENT;
   return CAKE_OK;
 }
@@ -182,7 +182,9 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
         (res && !stride_ok(a->g_residual_row_stride, a->hidden)))
       return CAKE_ERR_INVALID_ARGUMENT;
   }
-  const size_t need = cake_rmsnorm_backward_workspace_bytes(a->rows, a->hidden);
+  // The dw chunking, once a call: it sizes the workspace and splits the rows.
+  const int64_t chunks = a->rows > 0 ? cake::backward_chunks(a->rows, a->hidden) : 0;
+  const size_t need = static_cast<size_t>(chunks) * static_cast<size_t>(a->hidden) * sizeof(float);
   if (want_dw && a->rows > 0 &&
       (a->workspace == nullptr || a->workspace_bytes < need || !aligned16(a->workspace)))
     return CAKE_ERR_WORKSPACE;
@@ -200,7 +202,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   p.accumulate = a->accumulate_dw != 0;
   p.rows = a->rows;
   p.hidden = static_cast<int>(a->hidden);
-  p.chunks = static_cast<int>(cake::backward_chunks(a->rows, a->hidden));
+  p.chunks = static_cast<int>(chunks);
   p.chunk_rows = p.chunks > 0 ? p.rows / p.chunks : 0;
   p.chunk_rem = p.chunks > 0 ? static_cast<int>(p.rows % p.chunks) : 0;
 

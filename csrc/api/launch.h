@@ -2,7 +2,7 @@
 // so the instantiations compile in parallel. Host-only declarations: no CUDA headers needed.
 #pragma once
 
-#include "../dispatch/programs.h"
+#include "../dispatch/plan.h"
 #include "../kernels/params.h"
 
 namespace cake {
@@ -11,13 +11,8 @@ namespace cake {
 // The forward's plan (dispatch/plan.h) takes architecture `sm`'s table.
 int launch_forward_bf16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
 int launch_forward_fp16(const FwdParams& p, bool w_fp32, const Program& prog, int sm, void* stream);
-// The backward's kernel choices beside the program (dispatch/plan.h; the architecture table's
-// or the tuning hooks'): the one launch up to one_launch_chunks dw chunks (one_launch_fits),
-// warp chunks from team_chunk_rows rows a chunk (team_fits); 0: never.
-struct BwdLimits {
-  int one_launch_chunks;
-  int team_chunk_rows;
-};
+// The backward's plan (dispatch/plan.h, plan_backward) takes the limits of the architecture
+// table or of the tuning hooks (BwdLimits).
 int launch_backward_bf16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, const BwdLimits& lim,
                          void* stream);
 int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, int max_ctas, const BwdLimits& lim,

@@ -122,33 +122,9 @@ int launch_team(const BwdParams& p, const BwdPlan& plan, int max_ctas, cudaStrea
   return launch_finalize<WT>(q, plan.finalize, s);
 }
 
-// One plan a call (dispatch/plan.h): the two device facts it needs are the SM count (the
-// finalize's shape) and the resident CTAs of the pair kernel where the program has a pair twin.
-// `lim`: the chunk count up to which a call that wants dw runs the one launch (a capped grid,
-// max_ctas > 0, runs the pair of kernels) and the chunk rows from which narrow rows run warp
-// chunks.
+// The rows kernel (or its pair twin) on a persistent grid, then the finalize.
 template <typename T, typename WT, bool RES, int VPT>
-int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, const BwdLimits& lim,
-                           cudaStream_t s) {
-  const int limit = p.dw != nullptr && max_ctas == 0 ? lim.one_launch_chunks : 0;
-  if (one_launch_fits(p.rows, p.chunks, limit))
-    return launch_one<T, WT, RES, VPT>(
-        p, plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem, 0, 0, limit), s);
-  if (team_fits(table_prog, p.hidden, p.chunk_rows, lim.team_chunk_rows))
-    return launch_team<T, WT, RES, VPT>(p,
-                                        plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows,
-                                                      p.chunk_rem, p.dw != nullptr ? resident_sms() : 0, 0, 0,
-                                                      lim.team_chunk_rows),
-                                        max_ctas, s);
-  Program twin = table_prog;
-  int64_t pair_resident = 0;
-  if (pair_candidate(table_prog, p.chunk_rows, p.chunk_rem, &twin)) {
-    const BwdKernel k = backward_kernel<T, WT, RES, VPT, true>(twin, backward_exact(twin, p.hidden, true));
-    pair_resident = resident_ctas(reinterpret_cast<const void*>(k), twin.cta,
-                                  backward_smem_bytes(twin.cta, VPT, twin.stages, RES));
-  }
-  const BwdPlan plan = plan_backward(table_prog, p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem,
-                                     p.dw != nullptr ? resident_sms() : 0, pair_resident);
+int launch_rows(const BwdParams& p, const BwdPlan& plan, int max_ctas, cudaStream_t s) {
   const Program& prog = plan.program;
   const size_t smem = backward_smem_bytes(prog.cta, VPT, prog.stages, RES);
   const int units = prog.cta / prog.tpr / (plan.pair ? 2 : 1);  // chunks a CTA takes at a time
@@ -164,6 +140,21 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.dw == nullptr) return static_cast<int>(err);
   return launch_finalize<WT>(q, plan.finalize, s);
+}
+
+// One plan a call (dispatch/plan.h, plan_backward), then its launch. The device facts it asks
+// for: the SM count (the finalize's shape) and, for a pair twin, its kernel's resident CTAs.
+template <typename T, typename WT, bool RES, int VPT>
+int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int max_ctas, const BwdLimits& lim,
+                           cudaStream_t s) {
+  const BwdCall call{p.hidden, p.rows, p.chunks, p.chunk_rows, p.chunk_rem, p.dw != nullptr, max_ctas};
+  const BwdPlan plan = plan_backward(table_prog, call, lim, call.want_dw ? resident_sms() : 0, [&](const Program& twin) {
+    const BwdKernel k = backward_kernel<T, WT, RES, VPT, true>(twin, backward_exact(twin, p.hidden, true));
+    return resident_ctas(reinterpret_cast<const void*>(k), twin.cta, backward_smem_bytes(twin.cta, VPT, twin.stages, RES));
+  });
+  if (plan.one_launch) return launch_one<T, WT, RES, VPT>(p, plan, s);
+  if (plan.team) return launch_team<T, WT, RES, VPT>(p, plan, max_ctas, s);
+  return launch_rows<T, WT, RES, VPT>(p, plan, max_ctas, s);
 }
 
 // The instances live in generated sources (csrc/api/gen/, scripts/gen_instances.py), one

@@ -13,35 +13,37 @@
 
 namespace cake {
 
-// The streaming kernel's exact narrow groups (programs.h, exact_group) take the instance with
-// the constant width, one row a group or prog.group_rows (kStreamRows, programs.h); other groups
-// (and the runtime-width tuning hook) the runtime-width one, one row a group: the same bits.
-template <typename T, typename WT, bool RES, int VPT, int kTpr, int kRows>
-void launch_exact_rows(const FwdParams& q, const Program& prog, cudaStream_t s) {
-  if constexpr (exact_group(kTpr, VPT) && (kRows == 1 || multirow_instance(sizeof(WT) == 4, RES, VPT))) {
-    const int64_t rows_per_cta = int64_t(prog.cta / kTpr) * kRows;
-    const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, rows_per_cta));
-    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, GroupSync::kWarp, kTpr, kRows>
-        <<<grid, prog.cta, 0, s>>>(q);
-  }
-}
+// The plan's constant-width instance (plan.exact: a warp-synchronous exact group, plan.h): one
+// row a group, or kStreamRows where the plan kept several (it keeps them only where
+// multirow_instance compiles them).
 template <typename T, typename WT, bool RES, int VPT, int kTpr>
-void launch_exact_tpr(const FwdParams& q, const Program& prog, cudaStream_t s) {
-  if (multirow_instance(sizeof(WT) == 4, RES, VPT) && prog.group_rows == kStreamRows)
-    launch_exact_rows<T, WT, RES, VPT, kTpr, kStreamRows>(q, prog, s);
-  else
-    launch_exact_rows<T, WT, RES, VPT, kTpr, 1>(q, prog, s);
-}
-template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
-bool launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
-  if (kSync != GroupSync::kWarp || !prog.exact || !exact_cover(prog.tpr, VPT, q.hidden)) return false;
-  switch (prog.tpr) {
-    case 4: launch_exact_tpr<T, WT, RES, VPT, 4>(q, prog, s); break;
-    case 8: launch_exact_tpr<T, WT, RES, VPT, 8>(q, prog, s); break;
-    case 16: launch_exact_tpr<T, WT, RES, VPT, 16>(q, prog, s); break;
-    default: launch_exact_tpr<T, WT, RES, VPT, 32>(q, prog, s); break;
+int launch_exact(const FwdParams& q, const Program& prog, cudaStream_t s) {
+  if constexpr (exact_group(kTpr, VPT)) {
+    const int64_t groups = prog.cta / kTpr;  // a CTA's groups
+    if constexpr (multirow_instance(sizeof(WT) == 4, RES, VPT)) {
+      if (prog.group_rows == kStreamRows) {
+        const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, groups * kStreamRows));
+        rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, GroupSync::kWarp, kTpr, kStreamRows>
+            <<<grid, prog.cta, 0, s>>>(q);
+        return static_cast<int>(cudaGetLastError());
+      }
+    }
+    const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, groups));
+    rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, WLoad::kFirst, GroupSync::kWarp, kTpr, 1><<<grid, prog.cta, 0, s>>>(q);
+    return static_cast<int>(cudaGetLastError());
+  } else {
+    return static_cast<int>(cudaErrorInvalidConfiguration);  // no plan gives it
   }
-  return true;
+}
+template <typename T, typename WT, bool RES, int VPT>
+int launch_exact_tpr(const FwdParams& q, const Program& prog, cudaStream_t s) {
+  switch (prog.tpr) {
+    case 4: return launch_exact<T, WT, RES, VPT, 4>(q, prog, s);
+    case 8: return launch_exact<T, WT, RES, VPT, 8>(q, prog, s);
+    case 16: return launch_exact<T, WT, RES, VPT, 16>(q, prog, s);
+    case 32: return launch_exact<T, WT, RES, VPT, 32>(q, prog, s);
+    default: return static_cast<int>(cudaErrorInvalidConfiguration);
+  }
 }
 
 // A streaming instance, compiled only where a plan can choose it (plan.h, forward_stream_instance).
@@ -72,7 +74,8 @@ int launch_forward_sync(const FwdParams& p, const FwdPlan& plan, cudaStream_t s)
     if (plan.wload == WLoad::kAtUse) return launch_stream<T, WT, RES, VPT, WLoad::kAtUse, kSync>(q, grid, prog.cta, s);
     if (plan.wload == WLoad::kBeforeSum)
       return launch_stream<T, WT, RES, VPT, WLoad::kBeforeSum, kSync>(q, grid, prog.cta, s);
-    if (plan.exact && launch_exact<T, WT, RES, VPT, kSync>(q, prog, s)) return static_cast<int>(cudaGetLastError());
+    if constexpr (kSync == GroupSync::kWarp)
+      if (plan.exact) return launch_exact_tpr<T, WT, RES, VPT>(q, prog, s);
     return launch_stream<T, WT, RES, VPT, WLoad::kFirst, kSync>(q, grid, prog.cta, s);
   }
   auto kernel = rmsnorm_fwd_kernel<T, WT, RES, VPT, kSync>;

@@ -85,25 +85,26 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   const int c = static_cast<int>(out->chunks);
   const int64_t q = c > 0 ? rows / c : 0;
   const int rem = c > 0 ? static_cast<int>(rows % c) : 0;
-  cake::Program twin = table;
-  const bool has_twin = cake::pair_candidate(table, q, rem, &twin);
-  // The plan without pairs (a resident count of 0), and the count from which they run.
-  const cake::BwdPlan one = cake::plan_backward(table, h, rows, c, q, rem, sms, 0, cake::arch_table(sm).bwd_one_launch_chunks);
-  if (one.one_launch) {
-    cake::program_name(one.program, out->program, sizeof(out->program));
-    out->exact = one.exact;
-    out->w_load = -1;
-    out->one_launch = 1;
-    out->dx_ctas = one.dx_ctas;
-    out->dw_ctas = one.dw_ctas;
-    return 0;
-  }
-  const cake::BwdPlan b = cake::plan_backward(table, h, rows, c, q, rem, sms, 0, 0, cake::arch_table(sm).bwd_team_chunk_rows);
+  const cake::ArchTable& t = cake::arch_table(sm);
+  // The launchers' plan, with dw wanted, no grid cap, and no residency known (so no pairs);
+  // the pair twin and the residency from which it runs are reported beside it.
+  const cake::BwdCall call{h, rows, c, q, rem, true, 0};
+  const cake::BwdPlan b = cake::plan_backward(table, call, cake::BwdLimits{t.bwd_one_launch_chunks, t.bwd_team_chunk_rows},
+                                              sms, [](const cake::Program&) { return int64_t(0); });
   cake::program_name(b.program, out->program, sizeof(out->program));
-  out->warp_chunks = b.team;
   out->exact = b.exact;
   out->w_load = -1;
-  out->pair_min_resident = has_twin ? static_cast<int>(2 * cake::ceil_div(c, twin.cta / twin.tpr / 2)) : 0;
-  out->pair_cta = has_twin ? twin.cta : 0;
+  if (b.one_launch) {
+    out->one_launch = 1;
+    out->dx_ctas = b.dx_ctas;
+    out->dw_ctas = b.dw_ctas;
+    return 0;
+  }
+  out->warp_chunks = b.team;
+  cake::Program twin = table;
+  if (!b.team && cake::pair_candidate(table, q, rem, &twin)) {
+    out->pair_min_resident = static_cast<int>(cake::pair_min_resident(twin, c));
+    out->pair_cta = twin.cta;
+  }
   return 0;
 }

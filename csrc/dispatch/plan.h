@@ -107,12 +107,13 @@ constexpr bool pair_candidate(const Program& prog, int64_t chunk_rows, int chunk
   *out = q;
   return true;
 }
+// The resident CTAs of the pair kernel from which a twin's grid fills at most half of them.
+constexpr int64_t pair_min_resident(const Program& q, int chunks) { return 2 * ceil_div(chunks, q.cta / q.tpr / 2); }
 // Pairs run only while their grid fills at most half the resident CTAs of the pair kernel: a
 // fuller grid leaves the finalize no room to wait beside it (PDL) and loses the second row's
 // prefetch (docs/perf/dispatch.md#pair-bound). dx and dw have the same bits either way.
 constexpr bool pair_fits(const Program& q, int chunks, int64_t resident) {
-  const int units = q.cta / q.tpr / 2;
-  return resident > 0 && 2 * ceil_div(chunks, units) <= resident;
+  return resident > 0 && pair_min_resident(q, chunks) <= resident;
 }
 
 // The one-launch backward (kernels/backward_small.cuh) where dw has at most `limit` chunks
@@ -152,32 +153,52 @@ struct BwdPlan {
   int64_t dx_ctas, dw_ctas;  // the one launch's grid: row CTAs, then column CTAs
   bool team;                 // warp chunks (the program's tpr and VPT, kTeamCta threads)
 };
-// `pair_resident`: the resident CTAs of the pair kernel for the candidate (pair_candidate),
-// 0 when there is none or the query failed. `one_launch_limit`: the chunk count up to which
-// the one launch runs (0 where dw is not wanted).
-constexpr BwdPlan plan_backward(const Program& table, int hidden, int64_t rows, int chunks, int64_t chunk_rows,
-                                int chunk_rem, int64_t sms, int64_t pair_resident, int one_launch_limit = 0,
-                                int team_chunk_rows = 0) {
-  BwdPlan b{table, false, false, finalize_shape(chunks, hidden, sms), false, 0, 0, false};
-  if (one_launch_fits(rows, chunks, one_launch_limit)) {
+// The kernel choices beside the program, the architecture table's or the tuning hooks': the
+// one launch up to one_launch_chunks dw chunks (one_launch_fits), warp chunks from
+// team_chunk_rows rows a chunk (team_fits); 0: never.
+struct BwdLimits {
+  int one_launch_chunks;
+  int team_chunk_rows;
+};
+// A backward call as its plan sees it: the shape, the dw chunking (params.h), whether dw is
+// wanted and the caller's grid cap (0: none).
+struct BwdCall {
+  int hidden;
+  int64_t rows;
+  int chunks;
+  int64_t chunk_rows;
+  int chunk_rem;
+  bool want_dw;
+  int max_ctas;
+};
+// The one plan of a call: the one launch (dw wanted, an uncapped grid, few chunks), else warp
+// chunks, else the table's program or its pair twin. `sms`: the device's SM count (the
+// finalize's shape; 0 where unknown). `pair_resident(twin)`: the resident CTAs of the pair
+// kernel for the candidate twin, asked only when there is one (0: unknown, no pairs).
+template <typename PairResident>
+constexpr BwdPlan plan_backward(const Program& table, const BwdCall& c, const BwdLimits& lim, int64_t sms,
+                                PairResident&& pair_resident) {
+  BwdPlan b{table, false, false, finalize_shape(c.chunks, c.hidden, sms), false, 0, 0, false};
+  const int one_launch_limit = c.want_dw && c.max_ctas == 0 ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
+  if (one_launch_fits(c.rows, c.chunks, one_launch_limit)) {
     b.program.stages = 1;  // a group's one row: nothing to prefetch
-    b.exact = backward_exact(b.program, hidden, false);
+    b.exact = backward_exact(b.program, c.hidden, false);
     b.one_launch = true;
-    b.dx_ctas = one_launch_dx_ctas(b.program, rows);
-    b.dw_ctas = one_launch_dw_ctas(b.program, hidden, rows);
+    b.dx_ctas = one_launch_dx_ctas(b.program, c.rows);
+    b.dw_ctas = one_launch_dw_ctas(b.program, c.hidden, c.rows);
     return b;
   }
-  if (team_fits(table, hidden, chunk_rows, team_chunk_rows)) {
+  if (team_fits(table, c.hidden, c.chunk_rows, lim.team_chunk_rows)) {
     b.team = true;
     b.program.cta = kTeamCta;
     return b;
   }
   Program q = table;
-  if (pair_candidate(table, chunk_rows, chunk_rem, &q) && pair_fits(q, chunks, pair_resident)) {
+  if (pair_candidate(table, c.chunk_rows, c.chunk_rem, &q) && pair_fits(q, c.chunks, pair_resident(q))) {
     b.program = q;
     b.pair = true;
   }
-  b.exact = backward_exact(b.program, hidden, b.pair);
+  b.exact = backward_exact(b.program, c.hidden, b.pair);
   return b;
 }
 

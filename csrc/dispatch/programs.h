@@ -18,6 +18,11 @@ constexpr int kNumBwdVpts = sizeof(kBwdVpts) / sizeof(int);
 // groups of at most a warp whose vectors cover a row exactly (forward H 64, 128, 256, 512, 768,
 // 1024; backward t16 v2, t32 v2, t32 v3). No masks or rest loops; the same bits as the
 // runtime-width kernels (docs/perf/dispatch.md#exact-groups).
+// The widths the library serves: positive multiples of 8 (16-byte vectors of 16-bit values),
+// at most 2^30 (rows * hidden stays an int64 with room). The one statement of the rule.
+constexpr int64_t kMaxHidden = int64_t(1) << 30;
+constexpr bool width_served(int64_t hidden) { return hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden; }
+
 constexpr bool exact_group(int tpr, int vpt, bool backward = false) {
   const bool listed = ((tpr == 4 || tpr == 8) && vpt == 2) || (tpr == 8 && vpt == 4) ||
                       (tpr == 16 && (vpt == 2 || vpt == 4)) || (tpr == 32 && vpt >= 2 && vpt <= 4);

@@ -68,7 +68,7 @@ inline void ring_windows(Window* w, int& n, int64_t lo, int64_t small, int64_t l
 
 // Fills up to `cap` windows; returns how many the route has, or -1 if not served.
 inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
-  if (!arch_known(sm) || hidden <= 0 || hidden % 8 != 0 || hidden > (int64_t(1) << 30)) return -1;
+  if (!arch_known(sm) || !width_served(hidden)) return -1;
   const int h = static_cast<int>(hidden);
   const ArchTable& t = arch_table(sm);
   if (!is_forward(route)) {

@@ -12,6 +12,7 @@ import torch
 
 from ._version import __version__
 from ._lib import SHIPPED_ARCHS, build_info, built_archs, library_path, ops, plan as _plan, windows as _windows
+from . import _checks as _C_checks
 from . import _registrations  # noqa: F401  (fakes of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
 from .nn import RMSNorm
@@ -43,7 +44,7 @@ def weight_dtypes(hidden: int, device=None) -> tuple:
     device."""
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
-    if hidden <= 0 or hidden % 8:
+    if not _C_checks.width_served(hidden):
         return ()
     return (torch.bfloat16, torch.float16, torch.float32)
 
@@ -82,8 +83,7 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     """
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
-    if hidden <= 0 or hidden % 8 or hidden > 2**30:
-        raise ValueError(f"hidden must be a positive multiple of 8 up to {2**30}, got {hidden}")
+    _C_checks.check_width(hidden)
     if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int)):
         raise TypeError(f"sm must be an int such as 90, got {type(sm).__name__}")
     if sm is None:
@@ -143,8 +143,7 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-    if hidden <= 0 or hidden % 8 or hidden > 2**30:
-        raise ValueError(f"hidden must be a positive multiple of 8 up to {2**30}, got {hidden}")
+    _C_checks.check_width(hidden)
     if not 0 <= tokens <= 2**62:
         raise ValueError(f"tokens must be >= 0 and at most {2**62}, got {tokens}")
     for name, v in (("sm", sm), ("sms", sms)):

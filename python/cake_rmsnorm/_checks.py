@@ -14,6 +14,18 @@ ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 # FP32 activations on CUDA: rows up to this wide (the CPU path serves every width).
 FP32_CUDA_MAX_HIDDEN = 16384
+MAX_HIDDEN = 2**30  # the C API's widest row (csrc/dispatch/programs.h, width_served)
+
+
+def width_served(hidden: int) -> bool:
+    """The C API's rule for a row width: a positive multiple of 8, at most MAX_HIDDEN."""
+    return 0 < hidden <= MAX_HIDDEN and hidden % 8 == 0
+
+
+def check_width(hidden: int, name: str = "hidden") -> int:
+    if not width_served(hidden):
+        raise ValueError(f"{name} must be a positive multiple of 8 up to {MAX_HIDDEN}, got {hidden}")
+    return hidden
 
 
 def _fake(t: torch.Tensor) -> bool:

@@ -18,7 +18,7 @@ __all__ = [
 
 
 MAX_ROWS = 2**62  # the C API's int64 sizes, with room for rows * hidden
-MAX_HIDDEN = 2**30  # the C API's widest row
+MAX_HIDDEN = C.MAX_HIDDEN  # the C API's widest row
 
 
 def _device(device) -> torch.device:
@@ -46,9 +46,7 @@ def _check_rows_hidden(rows, hidden):
     rows, hidden = int(rows), int(hidden)
     if not 0 <= rows <= MAX_ROWS:
         raise ValueError(f"rows must be >= 0 and at most {MAX_ROWS}, got {rows}")
-    if hidden <= 0 or hidden % 8 or hidden > MAX_HIDDEN:
-        raise ValueError(f"hidden must be a positive multiple of 8 up to {MAX_HIDDEN}, got {hidden}")
-    return rows, hidden
+    return rows, C.check_width(hidden)
 
 
 def cake_rmsnorm_train_backward_workspace_bytes(rows: int, hidden: int, device=None) -> int:
