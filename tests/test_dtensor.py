@@ -27,7 +27,7 @@ def _cases(rank, mesh):
     g = torch.Generator().manual_seed(0)
 
     def r(*s, dtype=torch.bfloat16):
-        return torch.randn(*s, generator=g).to(dtype)
+        return torch.randn(*s, generator=g, device="cpu").to(mesh.device_type, dtype)
 
     def D(t, p):
         return distribute_tensor(t, mesh, [p])
@@ -180,7 +180,8 @@ def _patched_llama_tensor_parallel(mesh, compiled=False):
 
 def _matches_unsharded(model, ref):
     """One step of both: the unsharded loss, and norm gradients within 1e-5 of its."""
-    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1), device="cpu")
+    ids = ids.to(torch.get_default_device())  # tests/multigpu runs these helpers on CUDA
     pos = torch.arange(16).expand(2, 16)  # the rotary tables of the whole sequence, not a shard's
     loss = model(input_ids=ids, labels=ids, position_ids=pos).loss
     loss.backward()

@@ -12,6 +12,9 @@
 3. sequence parallel: x of [T, H] sharded along T; each rank's FP32 dw of its rows, summed by
    all-reduce, against the unsharded dw (max relative difference, bitwise or not) and against
    FP64; repeated to show the sharded result itself is bitwise repeatable.
+4. DTensor (2 ranks): tests/test_dtensor.py's 1-D checks on this device: the ops' sharding
+   rules, RMSNorm under SequenceParallel and a patched Llama under a tensor + sequence parallel
+   plan, eager and compiled.
 
 Every rank prints its lines; rank 0 also writes --json. Exits non-zero when a check fails
 (losses outside the noise bound, DDP or FSDP2 norm gradients not bitwise repeatable, the sharded dw not
@@ -139,6 +142,26 @@ def sequence_parallel(device, rank, world, T, H, repeats=2):
     }
 
 
+def dtensor_parallel(device, rank, world):
+    """tests/test_dtensor.py's 1-D checks on this device: every op with rows sharded against the
+    unsharded bits, RMSNorm under SequenceParallel (eager and compiled), and a patched Llama
+    under torchtitan's tensor + sequence parallel plan (eager and compiled). 2 ranks."""
+    if world != 2:
+        return {"skipped": f"the checks are written for 2 ranks, not {world}"}
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import test_dtensor
+    from torch.distributed.device_mesh import init_device_mesh
+    torch.set_default_device(device)  # the helpers' modules and factories
+    try:
+        test_dtensor._cases(rank, init_device_mesh(device, (world,)))
+        return {"passed": True}
+    except Exception as e:  # noqa: BLE001  (reported, and fails the run)
+        return {"passed": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+    finally:
+        torch.set_default_device("cpu")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -183,6 +206,7 @@ def main():
                 torch.equal(a[k].view(torch.int32), b[k].view(torch.int32)) for a, b in zip(*runs) for k in a)
         report["norm_grads_checked"] = sorted(runs[0][0])[:3] + (["..."] if len(runs[0][0]) > 3 else [])
         report["sequence_parallel"] = sequence_parallel(device, rank, world, args.sp_tokens, args.hidden)
+        report["dtensor"] = dtensor_parallel(device, rank, world)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -192,7 +216,8 @@ def main():
             json.dump(report, f, indent=1)
     ok = (report["ddp"]["within_noise"] and report["fsdp2"]["within_noise"] and all(report["norm_grads_bitwise"].values())
           and report["sequence_parallel"]["sharded_repeatable_bitwise"]
-          and report["sequence_parallel"]["rel_diff_sharded_vs_unsharded"] <= 1e-5)
+          and report["sequence_parallel"]["rel_diff_sharded_vs_unsharded"] <= 1e-5
+          and report["dtensor"].get("passed", "skipped" in report["dtensor"]))
     raise SystemExit(0 if ok else 1)
 
 
