@@ -159,9 +159,11 @@ def test_the_binding_is_on_wherever_torch_allows():
 def test_each_binding_gives_the_ops_bits(binding):
     """Each binding, chosen by hand in a fresh process, serves the calls with the registered ops' bits."""
     env = dict(os.environ, CAKE_DIRECT=binding)
-    probe = subprocess.run([sys.executable, "-c", "from cake_rmsnorm import _lib; print(_lib.binding)"], env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    child = subprocess.run([sys.executable, "-c", "from cake_rmsnorm import _lib; print(_lib.binding)"], env=env,
+                           capture_output=True, text=True, check=True)
+    probe = child.stdout.strip()
     if binding == "shims" and probe == "None":
+        assert "CAKE_DIRECT=shims: that binding is not available" in child.stderr  # said, not silent
         pytest.skip(f"torch {torch.__version__} has no stable Python shims")
     assert probe == ("None" if binding == "off" else binding)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__, "-k",

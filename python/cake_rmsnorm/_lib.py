@@ -41,8 +41,13 @@ def _direct_binding():
     if want not in _BINDINGS:
         raise ValueError(f"CAKE_DIRECT must be one of {', '.join(_BINDINGS)}, got {want!r}")
     probe = torch.empty(0)
-    return _direct.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32),
-                         probe, probe._cdata, want)
+    got = _direct.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32),
+                        probe, probe._cdata, want)
+    if got is None and want in ("shims", "layout"):  # asked for by hand, and not there: say so
+        import warnings
+        warnings.warn(f"CAKE_DIRECT={want}: that binding is not available with torch {torch.__version__}; "
+                      "every call takes the registered ops", RuntimeWarning, stacklevel=2)
+    return got
 
 
 binding = _direct_binding()  # "shims", "layout" or None
