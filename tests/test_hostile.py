@@ -181,11 +181,11 @@ def _confined_like_the_cpu_path(gpu, cpu, name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("H,T", [(512, 3), (512, 1000), (1536, 255), (2048, 255), (2048, 4099), (4096, 777),
-                                 (6144, 256), (256, 9001), (131072, 37)])
+                                 (6144, 256), (256, 9001), (131072, 37), (128, 32768), (192, 40000)])
 @pytest.mark.parametrize("act", ["bf16", "bf16_residual", "fp32", "fp32_bf16_out"])
 def test_gpu_dw_keeps_an_inf_of_g_to_its_column(H, T, act):
-    """Every backward program (one launch, row pairs, rings, the wide rows' second sweep, the FP32
-    rows) keeps an Inf of g to its dw column, where the CPU path has +Inf, -Inf, or NaN where both
+    """Every backward program (one launch, row pairs, rings, warp chunks, the wide rows' second
+    sweep, the FP32 rows) keeps an Inf of g to its dw column, where the CPU path has +Inf, -Inf, or NaN where both
     signs meet, and every other column keeps the CPU path's bits."""
     dt = torch.float32 if act.startswith("fp32") else torch.bfloat16
     H = min(H, 16384) if dt == torch.float32 else H  # FP32 rows' widest on CUDA

@@ -23,6 +23,7 @@ repeatable or more than 1e-5 from the unsharded one).
 
 import argparse
 import copy
+import datetime
 import json
 import os
 
@@ -150,7 +151,7 @@ def dtensor_parallel(device, rank, world):
         return {"skipped": f"the checks are written for 2 ranks, not {world}"}
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import test_dtensor
+    import test_dtensor  # (imports pytest: the test extras)
     from torch.distributed.device_mesh import init_device_mesh
     torch.set_default_device(device)  # the helpers' modules and factories
     try:
@@ -178,7 +179,9 @@ def main():
     device = args.device
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    # A bounded wait: a rank that fails inside a collective the other rank is still in ends the
+    # run after this, instead of hanging it.
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=datetime.timedelta(minutes=10))
     report = {"world": world, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
     try:
         base = tiny_llama(args.hidden, args.layers, args.seq)
