@@ -96,6 +96,11 @@ void with_types(cake_dtype_t x, cake_dtype_t w, cake_dtype_t other, Fn&& fn) {
 // multiple of 16.
 [[maybe_unused]] bool stride_aligned(int64_t stride, cake_dtype_t t) { return (stride * dtype_bytes(t)) % 16 == 0; }
 
+// The backward workspace: one FP32 dw partial a chunk and column.
+size_t workspace_bytes(int64_t chunks, int64_t hidden) {
+  return static_cast<size_t>(chunks) * static_cast<size_t>(hidden) * sizeof(float);
+}
+
 }  // namespace
 
 extern "C" {
@@ -184,7 +189,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   }
   // The dw chunking, once a call: it sizes the workspace and splits the rows.
   const int64_t chunks = a->rows > 0 ? cake::backward_chunks(a->rows, a->hidden) : 0;
-  const size_t need = static_cast<size_t>(chunks) * static_cast<size_t>(a->hidden) * sizeof(float);
+  const size_t need = workspace_bytes(chunks, a->hidden);
   if (want_dw && a->rows > 0 &&
       (a->workspace == nullptr || a->workspace_bytes < need || !aligned16(a->workspace)))
     return CAKE_ERR_WORKSPACE;
@@ -247,8 +252,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
 
 size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden) {
   if (rows <= 0 || hidden <= 0) return 0;
-  return static_cast<size_t>(cake::backward_chunks(rows, hidden)) * static_cast<size_t>(hidden) *
-         sizeof(float);
+  return workspace_bytes(cake::backward_chunks(rows, hidden), hidden);
 }
 
 int64_t cake_rmsnorm_backward_saturating_rows(int64_t hidden) {

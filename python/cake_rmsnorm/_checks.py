@@ -76,7 +76,7 @@ def check_activation(x, name: str = "x") -> torch.Tensor:
     if x.device.type not in ("cpu", "cuda"):
         raise ValueError(f"{name} must be on a CPU or CUDA device, got {x.device}")
     hidden = x.shape[-1]
-    if hidden <= 0 or hidden % 8 != 0:
+    if not width_served(hidden):
         raise ValueError(f"hidden size ({name}.shape[-1]) must be a positive multiple of 8, got {hidden}")
     if x.dtype == torch.float32 and x.is_cuda and hidden > FP32_CUDA_MAX_HIDDEN:
         raise ValueError(f"float32 {name} on CUDA: hidden size up to {FP32_CUDA_MAX_HIDDEN}, got {hidden}")
