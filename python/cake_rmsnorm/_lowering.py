@@ -141,14 +141,17 @@ def _make_lowerings():
         def codegen_size_asserts(self, wrapper):
             no_asserts(wrapper)  # a single output (bwd_dx) is this node itself
 
+        def codegen_alignment_asserts(self, wrapper):
+            no_asserts(wrapper)
+
         def codegen(self, wrapper):
             if not V.graph.cpp_wrapper:
                 wrapper.add_import_once("import cake_rmsnorm._lowering")
             super().codegen(wrapper)
 
     def no_asserts(wrapper):
-        """The bodies allocate every output dense, as the fakes say (opcheck holds them to it):
-        inductor's per-output metadata check would cost about as much as the call itself."""
+        """The bodies allocate every output dense and aligned, as the fakes say (opcheck holds them
+        to it): inductor's per-output size and alignment checks would cost about as much as the call."""
 
     def wrap(x):
         if not isinstance(x, ir.IRNode):
@@ -179,7 +182,7 @@ def _make_lowerings():
             result = DirectCall.create(op, *full)
             for out in pytree.tree_leaves(result):
                 if isinstance(out, ir.MultiOutput):
-                    out.codegen_size_asserts = no_asserts
+                    out.codegen_size_asserts = out.codegen_alignment_asserts = no_asserts
             return pytree.tree_map(wrap, result)
         return handler
 
