@@ -1,6 +1,5 @@
 """Public API: refusals (one per branch), layouts, caller outputs, introspection."""
 
-import re
 
 import pytest
 import torch
@@ -302,7 +301,7 @@ def test_forward_windows_stream_around_the_ring():
         for route in ("fwd", "fwd_residual"):
             w = win(route, H)
             assert w[0][0] == 0 and w[-1][1] is None and all(a[1] == b[0] for a, b in zip(w, w[1:])), (route, H)
-            groups = [re.match(r"general_t(\d+)x\d+_v(\d+)_s\d+", n).groups() for _, _, n in w]
+            groups = [(v.group["threads_per_row"], v.group["vectors_per_thread"]) for v in w]
             rest = groups[1:] if route == "fwd" and len(groups) > 1 and groups[0] != groups[1] else groups
             assert len(set(rest)) == 1, (route, H)  # one row group (tpr, VPT); CTAs may differ
 

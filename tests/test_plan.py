@@ -141,3 +141,59 @@ def test_every_forward_plan_has_a_compiled_instance(route):
                             seen.add((p["w_load"], p["warp_sync"], wd == torch.float32))
     loads = {"with x", "after the sum of squares", "at each use"} if route == "fwd" else {"with x"}
     assert {s[0] for s in seen} == loads and {s[1] for s in seen} == {False, True}, seen  # every kind was walked
+
+
+def _name_of(group, fp32):
+    g = group
+    base = f"t{g['threads_per_row']}x{g['groups_per_cta']}_v{g['vectors_per_thread']}_s{g['ring_rows']}"
+    if fp32:
+        return "fp32_" + base
+    return "general_" + base + (f"_r{g['rows_per_group']}" if g["rows_per_group"] > 1 else "")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_plan_fields_spell_the_program(dtype):
+    """The structured fields and the name come from the same program value: every window's and
+    every plan's fields spell its name, so code reading either sees the same launch."""
+    fp32 = dtype == torch.float32
+    for route in cr.ROUTES:
+        for H in (64, 128, 512, 768, 1024, 1536, 2048, 4096, 6144, 8192, 16384):
+            if not fp32:
+                for v in cr.program_windows(route, H, sm=90)[route]:
+                    assert v.program == _name_of(v.group, False), (route, H, v)
+            for T in (1, 7, 300, 4097, 70000):
+                p = cr.launch_plan(route, H, T, dtype=dtype, sm=90, sms=132)
+                assert p["program"] == _name_of(p["group"], fp32), (route, H, T, p)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H", [256, 512, 1024, 1536, 2048, 4096, 6144, 12288])
+def test_a_call_run_through_its_reported_plan_has_the_same_bits(H, gen):
+    """Forcing the program launch_plan reports (the tuning override) runs what the call runs:
+    outputs bitwise equal to the call left to the dispatch, at each window's edges."""
+    from cake_rmsnorm.tuning import BACKWARD, FORWARD, program_override
+    from reference import make_rows, make_weight
+    props = torch.cuda.get_device_properties(0)
+    sm, sms = 10 * props.major + props.minor, props.multi_processor_count
+    w = make_weight(H, torch.bfloat16, "cuda", gen)
+    ts = sorted({1, 3} | {t for v in cr.program_windows("fwd", H, sm=sm)["fwd"] for t in (v.above + 1, v.at_most or 0)
+                          if 0 < t <= 40000})
+    for T in ts:
+        x, r, g = (make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous() for _ in range(3))
+        for res in (None, r):
+            route = "fwd_residual" if res is not None else "fwd"
+            want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=res)
+            grp = cr.launch_plan(route, H, T, sm=sm, sms=sms)["group"]
+            with program_override(FORWARD, grp["threads_per_row"], grp["threads_per_row"] * grp["groups_per_cta"],
+                                  grp["vectors_per_thread"], stages=grp["ring_rows"], rows=grp["rows_per_group"]):
+                got = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=res)
+            for a, b in zip(got, want):
+                assert torch.equal(a, b), (route, H, T)
+        y_rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
+        want = cr.cake_rmsnorm_train_backward(g, x, w, y_rstd[1])
+        grp = cr.launch_plan("bwd", H, T, sm=sm, sms=sms)["group"]
+        with program_override(BACKWARD, grp["threads_per_row"], grp["threads_per_row"] * grp["groups_per_cta"],
+                              grp["vectors_per_thread"], stages=grp["ring_rows"]):
+            got = cr.cake_rmsnorm_train_backward(g, x, w, y_rstd[1])
+        for a, b in zip(got, want):
+            assert torch.equal(a, b), ("bwd", H, T)

@@ -1,7 +1,6 @@
 """The tuning hooks: invalid shapes are refused; on the GPU every valid candidate is correct,
 and the exact narrow groups have the bits of the runtime-width kernels they stand in for."""
 
-import re
 
 import pytest
 import torch
@@ -76,16 +75,14 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
     route = "fwd_residual" if residual else "fwd"
     # the ring program: general_t{tpr}x{rows}_v{vpt}_s{stages}, stages > 0; where the plain
     # route streams at every T (H 256, 512) the residual route's, the group it had
-    names = [n for r in (route, "fwd_residual") for _, _, n in cr.program_windows(r, H)[r]]
-    name = next(n for n in names if "_s0" not in n)
-    tpr, rows, vpt, stages = (int(v) for v in re.match(r"general_t(\d+)x(\d+)_v(\d+)_s(\d+)", name).groups())
+    ring = next(v.group for r in (route, "fwd_residual") for v in cr.program_windows(r, H)[r] if v.group["ring_rows"])
+    tpr, rows, vpt, stages = (ring[k] for k in ("threads_per_row", "groups_per_cta", "vectors_per_thread", "ring_rows"))
     x = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
     r = make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous() if residual else None
     w = make_weight(H, wdtype, "cuda", gen)
     with program_override(FORWARD, tpr, tpr * rows, vpt, stages=stages):
         want = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r)
-    names = [n for _, _, n in cr.program_windows(route, H)[route]]
-    window_ctas = {int(a) * int(b) for a, b in (re.match(r"general_t(\d+)x(\d+)_", n).groups() for n in names)}
+    window_ctas = {v.group["threads_per_row"] * v.group["groups_per_cta"] for v in cr.program_windows(route, H)[route]}
     for cta in sorted({tpr * rows, max(tpr, 32), min(tpr * 4, 512)} | window_ctas):
         if cta % tpr or cta < 32 or (tpr > 32 and cta // tpr >= 16):
             continue

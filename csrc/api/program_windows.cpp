@@ -6,6 +6,14 @@
 #include "../dispatch/plan.h"
 #include "../dispatch/windows.h"
 
+namespace {
+
+cake_rmsnorm_group group_of(const cake::Program& p) {
+  return cake_rmsnorm_group{p.tpr, p.cta / p.tpr, p.vpt, p.stages, p.group_rows};
+}
+
+}  // namespace
+
 extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
                                             cake_rmsnorm_window* out, int capacity) {
   cake::Route r;
@@ -16,6 +24,7 @@ extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, i
     out[i].above = tmp[i].above;
     out[i].at_most = tmp[i].at_most;
     cake::program_name(tmp[i].program, out[i].program, sizeof(out[i].program));
+    out[i].group = group_of(tmp[i].program);
   }
   return n;
 }
@@ -40,6 +49,7 @@ int fp32_plan(cake::Route r, int64_t hidden, int64_t rows, int sms, int y_dtype,
                                                : cake::plan_fp32_backward(h, y_dtype == CAKE_DTYPE_FP32 ? 4 : 2,
                                                                           cake::has_residual(r));
   snprintf(out->program, sizeof(out->program), "fp32_t%dx%d_v%d_s%d", f.tpr, f.cta / f.tpr, f.nv, f.stages);
+  out->group = cake_rmsnorm_group{f.tpr, f.cta / f.tpr, f.nv, f.stages, 1};
   out->warp_sync = f.tpr <= 32;
   if (cake::is_forward(r)) {
     out->streaming = 1;
@@ -75,6 +85,7 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
     if (f.program.stages == 0 && !cake::forward_stream_instance(f.wload, f.sync, w_fp32, res, f.program.vpt))
       return -2;  // a plan with no compiled instance: the launcher would refuse it (plan.h)
     cake::program_name(f.program, out->program, sizeof(out->program));
+    out->group = group_of(f.program);
     out->streaming = f.program.stages == 0;
     out->exact = f.exact;
     out->warp_sync = f.sync == cake::GroupSync::kWarp;
@@ -92,6 +103,7 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   const cake::BwdPlan b = cake::plan_backward(table, call, cake::BwdLimits{t.bwd_one_launch_chunks, t.bwd_team_chunk_rows},
                                               sms, [](const cake::Program&) { return int64_t(0); });
   cake::program_name(b.program, out->program, sizeof(out->program));
+  out->group = group_of(b.program);
   out->exact = b.exact;
   out->w_load = -1;
   if (b.one_launch) {

@@ -79,7 +79,9 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
         ``above < T <= at_most`` (``at_most`` None: unbounded), named
         ``general_t{threads a row}x{row groups a CTA}_v{vectors a thread}_s{ring stages}``
         (``s0``: the streaming forward, no ring), with ``_r{rows}`` where a streaming row group
-        takes several rows.
+        takes several rows. Each window's ``.group`` holds the same as numbers:
+        ``threads_per_row``, ``groups_per_cta``, ``vectors_per_thread``, ``ring_rows`` and
+        ``rows_per_group``.
     """
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
@@ -125,7 +127,8 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
     Returns
     -------
     dict
-        ``program``, ``exact`` (the constant-width instance of an exact narrow group) and
+        ``program``, ``group`` (its row group and CTA as numbers, as :func:`program_windows`
+        gives them), ``exact`` (the constant-width instance of an exact narrow group) and
         ``measured`` (False where sm's tuning table is an unmeasured copy of sm_90a's); the
         forward adds ``kernel`` ("ring" or "streaming"), ``warp_sync`` and, when streaming,
         ``w_load``; the backward adds ``chunks`` (dw partials) and either ``one_launch``

@@ -1,10 +1,12 @@
 """python -m cake_rmsnorm {bench,info,windows}"""
 
 import argparse
-import re
 import sys
 
-_GROUP = re.compile(r"general_t(\d+)x\d+_v(\d+)_s\d+")
+
+def _row_group(window):
+    """A row's reduction order: its group's threads and vectors a thread."""
+    return window.group["threads_per_row"], window.group["vectors_per_thread"]
 
 
 def windows_text(hidden, sm, routes=None):
@@ -22,7 +24,7 @@ def windows_text(hidden, sm, routes=None):
             for i, (above, at_most, name) in enumerate(wins):
                 parts.append(f"({above}, inf) {name}" if at_most is None else f"({above}, {at_most}] {name}")
                 if i + 1 < len(wins):
-                    same = _GROUP.match(name).groups() == _GROUP.match(wins[i + 1][2]).groups()
+                    same = _row_group(wins[i]) == _row_group(wins[i + 1])
                     parts.append("=" if same else "~")
             lines.append(f"sm_{sm}a {route} H={h}: " + " ".join(parts))
     return "\n".join(lines)
@@ -39,7 +41,7 @@ def plans_text(hidden, tokens, sm, sms, routes=None, weight_fp32=False, dtype="b
         for route in routes or cr.ROUTES:
             for t in tokens:
                 plan = cr.launch_plan(route, h, t, dtype=dt, weight_dtype=wd, sm=sm, sms=sms)
-                rest = ", ".join(f"{k} {v}" for k, v in plan.items() if k != "program")
+                rest = ", ".join(f"{k} {v}" for k, v in plan.items() if k not in ("program", "group"))
                 lines.append(f"sm_{sm}a {route} H={h} T={t}: {plan['program']} ({rest})")
     return "\n".join(lines)
 

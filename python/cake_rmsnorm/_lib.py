@@ -54,8 +54,32 @@ binding = _direct_binding()  # "shims", "layout" or None
 direct = _direct if binding else None
 
 
+class _Group(ctypes.Structure):
+    _fields_ = [("threads_per_row", ctypes.c_int), ("groups_per_cta", ctypes.c_int), ("vectors_per_thread", ctypes.c_int),
+                ("ring_rows", ctypes.c_int), ("rows_per_group", ctypes.c_int)]
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name, _ in self._fields_}
+
+
+class Window(tuple):
+    """``(above, at_most, program)``, and in ``.group`` the program's row group and CTA as numbers
+    (``threads_per_row``, ``groups_per_cta``, ``vectors_per_thread``, ``ring_rows``,
+    ``rows_per_group``): what the name spells, so nothing has to parse it."""
+
+    def __new__(cls, above, at_most, program, group):
+        self = super().__new__(cls, (above, at_most, program))
+        self.group = group
+        return self
+
+    above = property(lambda self: self[0])
+    at_most = property(lambda self: self[1])
+    program = property(lambda self: self[2])
+
+
 class _Window(ctypes.Structure):
-    _fields_ = [("above", ctypes.c_int64), ("at_most", ctypes.c_int64), ("program", ctypes.c_char * 48)]
+    _fields_ = [("above", ctypes.c_int64), ("at_most", ctypes.c_int64), ("program", ctypes.c_char * 48),
+                ("group", _Group)]
 
 
 _c.cake_rmsnorm_backward_workspace_bytes.restype = ctypes.c_size_t
@@ -74,7 +98,8 @@ class _Plan(ctypes.Structure):
                 ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
                 ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
                 ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int), ("one_launch", ctypes.c_int),
-                ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64), ("warp_chunks", ctypes.c_int)]
+                ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64), ("warp_chunks", ctypes.c_int),
+                ("group", _Group)]
 
 
 _c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
@@ -172,7 +197,8 @@ def windows(route: str, hidden: int, sm: int) -> list:
     n = _c.cake_rmsnorm_program_windows(route.encode(), hidden, sm, buf, 16)
     if n < 0:
         return []
-    return [(w.above, None if w.at_most < 0 else w.at_most, w.program.decode()) for w in buf[:n]]
+    return [Window(w.above, None if w.at_most < 0 else w.at_most, w.program.decode(), w.group.as_dict())
+            for w in buf[:n]]
 
 
 _W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
@@ -186,7 +212,8 @@ def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_c
         raise RuntimeError(f"launch_plan: the {route} plan for hidden {hidden}, {rows} rows on sm {sm} has no compiled kernel")
     if rc != 0:
         return None
-    d = {"program": out.program.decode(), "exact": bool(out.exact), "measured": bool(out.table_measured)}
+    d = {"program": out.program.decode(), "group": out.group.as_dict(), "exact": bool(out.exact),
+         "measured": bool(out.table_measured)}
     if route.startswith("fwd"):
         d.update(kernel="streaming" if out.streaming else "ring", warp_sync=bool(out.warp_sync))
         if out.streaming:

@@ -97,10 +97,20 @@ typedef struct {
 } cake_rmsnorm_bwd_args;
 
 /* A token-count window (above, at_most] of a route and the program serving it. */
+/* A program's row group and CTA as numbers (the program's name spells the same). */
+typedef struct {
+  int threads_per_row;    /* threads of a row group */
+  int groups_per_cta;     /* row groups a CTA */
+  int vectors_per_thread; /* 16-byte vectors a thread (float4 with FP32 activations) */
+  int ring_rows;          /* rows in a group's ring (0: the streaming forward, no ring) */
+  int rows_per_group;     /* rows a streaming group takes (1 otherwise) */
+} cake_rmsnorm_group;
+
 typedef struct {
   int64_t above;
   int64_t at_most; /* -1: no upper bound */
   char program[48];
+  cake_rmsnorm_group group;
 } cake_rmsnorm_window;
 
 CAKE_API cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* args, void* stream);
@@ -150,6 +160,7 @@ typedef struct {
   int64_t dw_ctas;       /* backward, one launch: CTAs summing dw by columns */
   int warp_chunks;       /* backward: 1 where a warp takes each dw chunk, its row groups a row
                             each (narrow rows, chunks of many rows); the program's groups */
+  cake_rmsnorm_group group; /* the program's row group and CTA, as numbers */
 } cake_rmsnorm_plan;
 
 CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
