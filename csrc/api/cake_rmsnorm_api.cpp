@@ -152,7 +152,8 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   if (!arch_built(sm)) return CAKE_ERR_ARCH;
   if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
   cake::Program prog;
-  if (!cake::program_for_call(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, sm, &prog))
+  if (!cake::program_for(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, sm,
+                         cake::current_overrides(), &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
   const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, sm, stream)
@@ -235,11 +236,12 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   const int sm = call_sm();
   if (!arch_built(sm)) return CAKE_ERR_ARCH;
   if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
+  const cake::Overrides o = cake::current_overrides();
   cake::Program prog;
-  if (!cake::program_for_call(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, sm, &prog))
+  if (!cake::program_for(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, sm, o, &prog))
     return CAKE_ERR_INVALID_ARGUMENT;
   const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
-  const cake::BwdLimits lim = cake::backward_limits(sm);
+  const cake::BwdLimits lim = cake::limits_for(cake::arch_table(sm), o);
   const int code = a->x_dtype == CAKE_DTYPE_BF16
                        ? cake::launch_backward_bf16(p, w32, prog, a->max_ctas, lim, stream)
                        : cake::launch_backward_fp16(p, w32, prog, a->max_ctas, lim, stream);

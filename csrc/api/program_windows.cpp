@@ -3,8 +3,7 @@
 
 #include <stdio.h>
 
-#include "../dispatch/plan.h"
-#include "../dispatch/windows.h"
+#include "../dispatch/overrides.h"
 
 namespace {
 
@@ -78,7 +77,9 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   if (x_dtype == CAKE_DTYPE_FP32) return fp32_plan(r, hidden, rows, sms, y_dtype, out);
   const bool w_fp32 = w_dtype == CAKE_DTYPE_FP32;
   const int h = static_cast<int>(hidden);
-  const cake::Program table = cake::select_program(r, hidden, rows, sm);
+  const cake::Overrides none{};  // the plan of a call with no tuning hook set
+  cake::Program table;
+  cake::program_for(r, hidden, rows, sm, none, &table);
   const bool res = cake::has_residual(r);
   if (cake::is_forward(r)) {
     const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32, res, cake::arch_table(sm));
@@ -100,8 +101,8 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   // The launchers' plan, with dw wanted, no grid cap, and no residency known (so no pairs);
   // the pair twin and the residency from which it runs are reported beside it.
   const cake::BwdCall call{h, rows, c, q, rem, true, 0};
-  const cake::BwdPlan b = cake::plan_backward(table, call, cake::BwdLimits{t.bwd_one_launch_chunks, t.bwd_team_chunk_rows},
-                                              sms, [](const cake::Program&) { return int64_t(0); });
+  const cake::BwdPlan b = cake::plan_backward(table, call, cake::limits_for(t, none), sms,
+                                              [](const cake::Program&) { return int64_t(0); });
   cake::program_name(b.program, out->program, sizeof(out->program));
   out->group = group_of(b.program);
   out->exact = b.exact;

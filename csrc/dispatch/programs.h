@@ -100,9 +100,33 @@ struct ArchTable {
   int bwd_team_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
                                  // (dispatch.md#warp-chunks)
 };
-constexpr ArchTable kSm90{90, true, 5, 4, 3, 8, 128, 256, 2, 8, 128, 2,
-                          512, int64_t(1) << 22, int64_t(1) << 24, int64_t(1) << 25, 16384, int64_t(1) << 26,
-                          128, 10240, 64, 8};
+constexpr ArchTable sm90_table() {
+  ArchTable t{};
+  t.sm = 90;
+  t.measured = true;
+  t.fwd_vpt_target = 5;
+  t.fwd_residual_vpt_target = 4;
+  t.fwd_small_vpt_target = 3;
+  t.fwd_max_groups = 8;
+  t.fwd_min_cta_threads = 128;
+  t.fwd_cta_cap = 256;
+  t.bwd_vpt_target = 2;
+  t.bwd_max_groups = 8;
+  t.bwd_cta_cap = 128;
+  t.ring_stages = 2;
+  t.stream_max_ctas = 512;
+  t.stream_small_elems = int64_t(1) << 22;
+  t.stream_large_elems = int64_t(1) << 24;
+  t.stream_widened_elems = int64_t(1) << 25;
+  t.stream_min_cta_bytes = 16384;
+  t.fp32_w_late_elems = int64_t(1) << 26;
+  t.fwd_two_vector_max = 128;
+  t.bwd_wide_above = 10240;
+  t.bwd_one_launch_chunks = 64;
+  t.bwd_team_chunk_rows = 8;
+  return t;
+}
+constexpr ArchTable kSm90 = sm90_table();
 constexpr ArchTable unmeasured_copy(int sm) {
   ArchTable t = kSm90;
   t.sm = sm;
