@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Kernel time of two builds on one GPU machine: the working tree and a base tree (BASE_DIR, a
+# source snapshot: git archive <commit> | tar x -C <dir>), each built for the local GPU, then
+# `bench` run for each in turn (BENCH_ARGS_1, _2, _3; the same peers in both runs give each its
+# own yardstick). Logs and results go to $LOG_DIR as new-*.json/md and base-*.json/md.
+set -uo pipefail
+LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-ab}
+BASE_DIR=${BASE_DIR:?a base source tree}
+mkdir -p "$LOG_DIR"
+export CAKE_CUDA_ARCHS=${CAKE_CUDA_ARCHS:-90a} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
+t0=$SECONDS
+python -c "import cake_rmsnorm" 2>/dev/null ||
+  python -m pip install --no-build-isolation --no-deps -e . >"$LOG_DIR/build.log" 2>&1 || { tail -30 "$LOG_DIR/build.log"; exit 1; }
+(cd "$BASE_DIR" && python setup.py build_ext --inplace >"$LOG_DIR/build-base.log" 2>&1) || { tail -30 "$LOG_DIR/build-base.log"; exit 1; }
+echo "builds: $((SECONDS - t0)) s"
+for i in 1 2 3; do
+  var=BENCH_ARGS_$i
+  args=${!var:-}
+  [ -z "$args" ] && continue
+  for arm in base new; do
+    pp=$([ $arm = base ] && echo "$BASE_DIR/python" || echo "")
+    (cd /tmp && PYTHONPATH=$pp timeout "${BENCH_TIMEOUT:-200}" python -c "import cake_rmsnorm, sys; print(cake_rmsnorm.__file__, file=sys.stderr)" &&
+      PYTHONPATH=$pp timeout "${BENCH_TIMEOUT:-200}" python -m cake_rmsnorm bench $args --out "$LOG_DIR/$arm-$i") \
+      >"$LOG_DIR/$arm-$i.log" 2>&1
+    echo "$arm-$i ($args): rc=$? ($((SECONDS - t0)) s) $(head -1 "$LOG_DIR/$arm-$i.log")"
+  done
+done
+echo "total: $((SECONDS - t0)) s"
