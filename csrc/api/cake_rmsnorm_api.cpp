@@ -165,8 +165,17 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
 #endif
 }
 
-cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream) {
+}  // extern "C"
+
+namespace {
+
+// The backward of `a`. chunks 0: dw's chunking of (rows, hidden) and, with a dw, its finalize;
+// chunks > 0 (keep): that many chunks' FP32 partials left in the workspace, no dw.
+cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks, void* stream) {
   if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
+  const bool keep = given_chunks > 0;
+  if (keep && (a->dw != nullptr || a->rows < given_chunks || given_chunks > cake::kMaxGivenChunks))
+    return CAKE_ERR_INVALID_ARGUMENT;
   if (a->g_dtype_set != 0 && a->g_dtype_set != 1) return CAKE_ERR_INVALID_ARGUMENT;
   const cake_dtype_t gd = a->g_dtype_set ? a->g_dtype : a->x_dtype;
   cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden, gd, a->g_dtype_set == 1);
@@ -177,7 +186,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   const bool dw16 = a->dw_in_w_dtype == 1 && a->w_dtype != CAKE_DTYPE_FP32;
   if (dw16 && a->accumulate_dw) return CAKE_ERR_INVALID_ARGUMENT;
   const size_t dw_bytes = static_cast<size_t>(a->hidden) * (dw16 ? 2 : 4);
-  const bool want_dw = a->dw != nullptr;
+  const bool want_dw = a->dw != nullptr || keep;  // the partials, at least
   const bool res = a->g_residual != nullptr;
   if (a->rows > 0) {
     if (a->g == nullptr || a->x == nullptr || a->w == nullptr || a->rstd == nullptr ||
@@ -189,7 +198,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
       return CAKE_ERR_INVALID_ARGUMENT;
   }
   // The dw chunking, once a call: it sizes the workspace and splits the rows.
-  const int64_t chunks = a->rows > 0 ? cake::backward_chunks(a->rows, a->hidden) : 0;
+  const int64_t chunks = keep ? given_chunks : a->rows > 0 ? cake::backward_chunks(a->rows, a->hidden) : 0;
   const size_t need = workspace_bytes(chunks, a->hidden);
   if (want_dw && a->rows > 0 &&
       (a->workspace == nullptr || a->workspace_bytes < need || !aligned16(a->workspace)))
@@ -214,7 +223,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
 
   if (a->device == CAKE_DEVICE_CPU) {
     if (a->rows == 0) {
-      if (want_dw && !a->accumulate_dw) std::memset(a->dw, 0, dw_bytes);
+      if (a->dw != nullptr && !a->accumulate_dw) std::memset(a->dw, 0, dw_bytes);
       return CAKE_OK;
     }
     with_types(a->x_dtype, a->w_dtype, gd, [&](auto t, auto w, auto g) {
@@ -225,7 +234,7 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   if (a->device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
   if (a->rows == 0)
-    return want_dw && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
+    return a->dw != nullptr && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
   const cake_dtype_t xd = a->x_dtype;
   if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
   if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
@@ -250,6 +259,57 @@ cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream
   (void)stream;
   return CAKE_ERR_NO_CUDA;
 #endif
+}
+
+// dw from partials: p's chunks, hidden, partials, dw and dtype flags set.
+cake_status_t finalize_call(cake_device_t device, cake_dtype_t dw_dtype, const cake::BwdParams& p, void* stream) {
+  if (device == CAKE_DEVICE_CPU) {
+    if (dw_dtype == CAKE_DTYPE_BF16)
+      cake::cpu::finalize<cake::cpu::BF16>(p);
+    else if (dw_dtype == CAKE_DTYPE_FP16)
+      cake::cpu::finalize<cake::cpu::FP16>(p);
+    else
+      cake::cpu::finalize<cake::cpu::F32>(p);
+    return CAKE_OK;
+  }
+  if (device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
+#if CAKE_WITH_CUDA
+  if (!aligned16(p.partials)) return CAKE_ERR_MISALIGNED;
+  if (!arch_built(call_sm())) return CAKE_ERR_ARCH;
+  return cuda_status(cake::launch_dw_finalize(p, dw_dtype, stream));
+#else
+  (void)stream;
+  return CAKE_ERR_NO_CUDA;
+#endif
+}
+
+}  // namespace
+
+extern "C" {
+
+cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream) {
+  return backward_call(a, 0, stream);
+}
+
+cake_status_t cake_rmsnorm_backward_partials(const cake_rmsnorm_bwd_args* a, int64_t chunks, void* stream) {
+  if (chunks < 1) return CAKE_ERR_INVALID_ARGUMENT;
+  return backward_call(a, chunks, stream);
+}
+
+cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const float* partials, int64_t chunks, int64_t hidden,
+                                       void* dw, cake_dtype_t dw_dtype, int accumulate, void* stream) {
+  if (partials == nullptr || dw == nullptr || chunks < 1 || chunks > cake::kMaxGivenChunks ||
+      !cake::width_served(hidden) || !is_dtype(dw_dtype) || (accumulate != 0 && accumulate != 1) ||
+      (accumulate && dw_dtype != CAKE_DTYPE_FP32))
+    return CAKE_ERR_INVALID_ARGUMENT;
+  cake::BwdParams p{};
+  p.partials = const_cast<float*>(partials);
+  p.dw = dw;
+  p.dw_w_dtype = dw_dtype != CAKE_DTYPE_FP32;
+  p.accumulate = accumulate;
+  p.hidden = static_cast<int>(hidden);
+  p.chunks = static_cast<int>(chunks);
+  return finalize_call(device, dw_dtype, p, stream);
 }
 
 size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden) {

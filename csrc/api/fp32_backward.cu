@@ -1,6 +1,7 @@
 // Launcher of the FP32-activation backward (kernels/fp32_rows.cuh): the call's plan
 // (dispatch/plan.h, plan_fp32_backward) mapped to its (g dtype, w dtype, residual, vectors a
-// thread) instance, and the shared dw finalize in the weight's dtype.
+// thread) instance, and the shared dw finalize in the weight's dtype (also the C API's finalize
+// over a caller's partials).
 #include <cuda_runtime.h>
 
 #include "../dispatch/plan.h"
@@ -63,6 +64,14 @@ int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, void* str
   if (g_dtype == 0) return bwd_w<__nv_bfloat16>(w_dtype, p, s);
   if (g_dtype == 1) return bwd_w<__half>(w_dtype, p, s);
   return bwd_w<float>(w_dtype, p, s);
+}
+
+int launch_dw_finalize(const BwdParams& p, int dw_dtype, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const FinalizeShape shape = finalize_shape(p.chunks, p.hidden, resident_sms());
+  if (dw_dtype == 0) return launch_finalize_as<__nv_bfloat16>(p, shape, s);
+  if (dw_dtype == 1) return launch_finalize_as<__half>(p, shape, s);
+  return launch_finalize_as<float>(p, shape, s);
 }
 
 }  // namespace cake

@@ -21,6 +21,9 @@ int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, i
 // cake_dtype_t codes; dx, h_new and g_residual FP32. Rows up to fp32_width_ok() wide.
 int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, void* stream);
 int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, void* stream);
+// dw from p.chunks FP32 partials (p.partials) into p.dw of dw_dtype (a cake_dtype_t code),
+// in the finalize's chunk order (sequence-parallel callers gather the partials first).
+int launch_dw_finalize(const BwdParams& p, int dw_dtype, void* stream);
 const char* cuda_error_string(int code);
 int zero_bytes(void* p, size_t n, void* stream);
 // The current device's architecture as 10 * major + minor (90 for sm_90a; 0 if unknown).

@@ -47,6 +47,9 @@ constexpr int64_t kRowsPerChunkGrowing = 32;
 constexpr int64_t max_chunks(int64_t hidden) {
   return hidden <= 256 ? 4096 : hidden <= 512 ? 2048 : hidden <= 2048 ? 1024 : hidden <= 4096 ? 512 : 256;
 }
+// The most chunks a caller may give (cake_rmsnorm_backward_partials, dw_finalize): the
+// largest count the library itself uses.
+constexpr int64_t kMaxGivenChunks = max_chunks(1);
 constexpr bool holds_half_cap(int64_t hidden) { return hidden > 256 && hidden <= 4096; }
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {

@@ -132,7 +132,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   const int cta = blockDim.x, stages = p.stages;
   const int nvec = kExact ? kTpr * VPT : p.hidden / kVec;
   const int hidden = nvec * kVec;
-  const bool want_dw = kDw && p.dw != nullptr;
+  const bool want_dw = kDw && p.partials != nullptr;  // partials wanted (a finalize, or the caller's, sums them)
   const bool row_dw = !kDw && p.dw != nullptr && p.rows == 1;
   // Slot (stage s, stream, vector k) of this thread: base + ((s * kStreams + stream) * VPT + k) * kstep;
   // its rstd of stage s: rbase + s * cta * 4.

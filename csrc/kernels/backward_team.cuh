@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_tea
   const int warp = threadIdx.x / 32, wl = threadIdx.x % 32, slot = wl / kTpr;
   const int warps = blockDim.x / 32;
   float* sp = prods + warp * (kRows * kH);
-  const bool want_dw = p.dw != nullptr;
+  const bool want_dw = p.partials != nullptr;
 
   WVec<WT> wv[VPT];
   load_weights(wv, p.w, lane, kTpr, kTpr * VPT);

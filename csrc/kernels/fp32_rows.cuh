@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
   const int stages = p.stages;
   const int c = blockIdx.x * groups + threadIdx.x / tpr;
   const bool valid = c < p.chunks;
-  const bool want_dw = p.dw != nullptr;
+  const bool want_dw = p.partials != nullptr;
   const int nvec = p.hidden / 4;
   const WT* w = static_cast<const WT*>(p.w);
   const uint32_t xs = smem_addr(fp32_ring) + threadIdx.x * 16;

@@ -96,7 +96,6 @@ typedef struct {
   cake_dtype_t g_dtype; /* with FP32 x: BF16, FP16 or FP32 (y's dtype); with 16-bit x: x_dtype */
 } cake_rmsnorm_bwd_args;
 
-/* A token-count window (above, at_most] of a route and the program serving it. */
 /* A program's row group and CTA as numbers (the program's name spells the same). */
 typedef struct {
   int threads_per_row;    /* threads of a row group */
@@ -106,6 +105,7 @@ typedef struct {
   int rows_per_group;     /* rows a streaming group takes (1 otherwise) */
 } cake_rmsnorm_group;
 
+/* A token-count window (above, at_most] of a route and the program serving it. */
 typedef struct {
   int64_t above;
   int64_t at_most; /* -1: no upper bound */
@@ -115,6 +115,23 @@ typedef struct {
 
 CAKE_API cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* args, void* stream);
 CAKE_API cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* args, void* stream);
+
+/* dw in two steps, for callers that hold the rows in several processes (sequence parallel):
+ * cake_rmsnorm_backward_partials writes dx as cake_rmsnorm_backward does and, in place of dw
+ * (args->dw must be NULL), the FP32 partials of `chunks` row chunks into the workspace
+ * ([chunks, hidden] FP32, at least chunks * hidden * 4 bytes; chunk c holds rows
+ * floor(c * rows / chunks) up to the next chunk's, summed in row order with compensation);
+ * 1 <= chunks <= rows, chunks <= 4096. cake_rmsnorm_dw_finalize sums `chunks` such partials
+ * (contiguous, [chunks, hidden], 16-byte aligned on CUDA) in chunk order into dw, of dw_dtype
+ * (FP32, or a 16-bit type rounded once; accumulate: dw += the sum, FP32 only). Where ranks
+ * split T evenly and their count divides cake_rmsnorm_backward_chunks(T, hidden), each rank's
+ * partials with chunks / ranks chunks are exactly its share of the global chunks, and the
+ * finalize over all of them in rank order gives the single-process dw bitwise. */
+CAKE_API cake_status_t cake_rmsnorm_backward_partials(const cake_rmsnorm_bwd_args* args, int64_t chunks,
+                                                      void* stream);
+CAKE_API cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const float* partials, int64_t chunks,
+                                                int64_t hidden, void* dw, cake_dtype_t dw_dtype, int accumulate,
+                                                void* stream);
 
 /* Bytes of backward workspace for `rows` rows of width `hidden`; a workspace sized for rows R
  * serves every call of that width with rows <= R, and every call at all once

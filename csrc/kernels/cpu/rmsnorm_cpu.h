@@ -50,6 +50,36 @@ void forward(const FwdParams& p) {
   }
 }
 
+// dw from p.chunks FP32 partials (p.partials, [chunks, hidden]) into p.dw: FP32, or W where
+// p.dw_w_dtype (one rounding of the sum).
+template <typename W>
+void finalize(const BwdParams& p) {
+  const int H = p.hidden;
+  // The GPU finalize's order: chunk k into lane k % lanes, lanes l + 32, l + 64, ... folded
+  // into lane l in order, then the 32 lanes merged by the xor butterfly. The merge is
+  // symmetric, so after the step of offset o lanes j and j ^ o hold equal values: lane 0's
+  // result is the tree that merges lane j + o into lane j for j < o.
+  const int lanes = finalize_lanes(p.chunks);
+  for (int i = 0; i < H; ++i) {
+    float s[kFinalizeLanesWide], c[kFinalizeLanesWide];
+    for (int l = 0; l < lanes; ++l) s[l] = c[l] = 0.f;
+    for (int k = 0; k < p.chunks; ++k)
+      neumaier_add(s[k % lanes], c[k % lanes], p.partials[static_cast<int64_t>(k) * H + i]);
+    for (int l = 0; l < kFinalizeLanes; ++l)
+      for (int q = 1; q < lanes / kFinalizeLanes; ++q)
+        neumaier_merge(s[l], c[l], s[l + kFinalizeLanes * q], c[l + kFinalizeLanes * q]);
+    for (int o = kFinalizeLanes / 2; o > 0; o >>= 1)
+      for (int j = 0; j < o; ++j) neumaier_merge(s[j], c[j], s[j + o], c[j + o]);
+    const float sum = s[0] + c[0];
+    if (p.dw_w_dtype) {
+      static_cast<W*>(p.dw)[i] = W::from_float(sum);
+    } else {
+      float* dw = static_cast<float*>(p.dw);
+      dw[i] = p.accumulate ? dw[i] + sum : sum;
+    }
+  }
+}
+
 // T: x, dx and g_residual; W: w; TG: g (y's dtype).
 template <typename T, typename W, typename TG = T>
 void backward(const BwdParams& p) {
@@ -92,30 +122,7 @@ void backward(const BwdParams& p) {
     if (part != nullptr)
       for (int i = 0; i < H; ++i) part[i] -= comp[i];
   }
-  if (p.dw == nullptr) return;
-  // The GPU finalize's order: chunk k into lane k % lanes, lanes l + 32, l + 64, ... folded
-  // into lane l in order, then the 32 lanes merged by the xor butterfly. The merge is
-  // symmetric, so after the step of offset o lanes j and j ^ o hold equal values: lane 0's
-  // result is the tree that merges lane j + o into lane j for j < o.
-  const int lanes = finalize_lanes(p.chunks);
-  for (int i = 0; i < H; ++i) {
-    float s[kFinalizeLanesWide], c[kFinalizeLanesWide];
-    for (int l = 0; l < lanes; ++l) s[l] = c[l] = 0.f;
-    for (int k = 0; k < p.chunks; ++k)
-      neumaier_add(s[k % lanes], c[k % lanes], p.partials[static_cast<int64_t>(k) * H + i]);
-    for (int l = 0; l < kFinalizeLanes; ++l)
-      for (int q = 1; q < lanes / kFinalizeLanes; ++q)
-        neumaier_merge(s[l], c[l], s[l + kFinalizeLanes * q], c[l + kFinalizeLanes * q]);
-    for (int o = kFinalizeLanes / 2; o > 0; o >>= 1)
-      for (int j = 0; j < o; ++j) neumaier_merge(s[j], c[j], s[j + o], c[j + o]);
-    const float sum = s[0] + c[0];
-    if (p.dw_w_dtype) {
-      static_cast<W*>(p.dw)[i] = W::from_float(sum);
-    } else {
-      float* dw = static_cast<float*>(p.dw);
-      dw[i] = p.accumulate ? dw[i] + sum : sum;
-    }
-  }
+  if (p.dw != nullptr) finalize<W>(p);
 }
 
 }  // namespace cpu
