@@ -131,6 +131,10 @@ def sequence_parallel(device, rank, world, T, H, repeats=2):
         results.append(dw.cpu())
     _, full = cr.cake_rmsnorm_train_backward(gy, x, w, rstd)
     full = full.cpu()
+    # The bitwise mode (cake_rmsnorm.sequence_parallel): chunk partials, all-gathered, one finalize.
+    from cake_rmsnorm import sequence_parallel as sp
+    _, dw_bits = sp.sequence_parallel_backward(gy[lo:hi], x[lo:hi], w, rstd[lo:hi])
+    timing = time_backwards(gy[lo:hi], x[lo:hi], w, rstd[lo:hi], device)
     ref = (gy.double() * (x.double() * rstd.double()[:, None])).sum(0).cpu()
     rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()  # noqa: E731
     return {
@@ -140,7 +144,36 @@ def sequence_parallel(device, rank, world, T, H, repeats=2):
         "rel_diff_sharded_vs_unsharded": rel(results[0], full),
         "rel_err_sharded_vs_fp64": rel(results[0], ref),
         "rel_err_unsharded_vs_fp64": rel(full, ref),
+        "bitwise_mode_equals_unsharded": torch.equal(dw_bits.cpu().view(torch.int32), full.view(torch.int32)),
+        **timing,
     }
+
+
+def time_backwards(g, x, w, rstd, device, reps=20):
+    """Median ms of one rank's backward with dw: the all-reduce of its dw against the bitwise
+    mode's partials, all-gather and finalize (what the option costs)."""
+    import statistics
+    import time
+    from cake_rmsnorm import sequence_parallel as sp
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def allreduce():
+        _, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
+        dist.all_reduce(dw)
+
+    out = {}
+    for name, fn in (("ms_allreduce", allreduce), ("ms_bitwise", lambda: sp.sequence_parallel_backward(g, x, w, rstd))):
+        fn()
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            sync()
+            t = time.perf_counter()
+            fn()
+            sync()
+            times.append((time.perf_counter() - t) * 1e3)
+        out[name] = statistics.median(times)
+    return out
 
 
 def dtensor_parallel(device, rank, world):
