@@ -1,11 +1,13 @@
-"""The determinism contract: dw bits repeat and do not depend on the grid; a row's outputs do
-not depend on T, across every window edge too (test_bits.py: nor on the device)."""
+"""The determinism contract: dw bits repeat and do not depend on the grid; within a window a
+row's outputs do not depend on T, and across the one kind of edge that changes a row's group
+(the plain forward's wider group at small T) they move by at most a few ulps."""
 
 
 import pytest
 import torch
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.ulps import ulp_distance
 from conftest import HAS_CUDA, devices
 from reference import make_rows, make_weight
 
@@ -37,10 +39,11 @@ def test_dw_bitwise_repeatable_with_poisoned_workspace(device, H, T, gen):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("H", [256, 512, 768, 1024, 2048, 4096, 6144])
 def test_row_outputs_do_not_depend_on_T(device, H, gen):
-    """Rows shared by two calls agree bitwise at every T, across every window edge of both
-    forward routes (the row group may change there: the canonical order does not; on the GPU up
-    to the last edge, 131072 rows at H 256); the residual route's y and rstd are the plain
-    route's on h_new."""
+    """Rows shared by two calls agree bitwise within a window, and across every window edge
+    of both forward routes where the row group stays (the streaming and the ring forward share
+    it; on the GPU up to the last edge, 131072 rows at H 256). Across the plain route's edge
+    into its wider small-T group, rstd moves by at most 4 FP32 ulps and y by at most one BF16
+    ulp, only on rows whose rstd moved (measured: docs/perf/runs/h200-fwd-small-wide.md)."""
     if device == "cpu" and H != 2048:
         pytest.skip("CPU time budget of CI")
     windows = {route: cr.program_windows(route, H, sm=90)[route] for route in ("fwd", "fwd_residual")}
@@ -53,14 +56,25 @@ def test_row_outputs_do_not_depend_on_T(device, H, gen):
     y_big, s_big, h_big = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=r)
     yp_big, sp_big = cr.cake_rmsnorm_train_forward(h_big, w, EPS)
     dx_big, _ = cr.cake_rmsnorm_train_backward(g, h_big, w, s_big)
-    assert torch.equal(yp_big, y_big) and torch.equal(sp_big, s_big)
+    # The plain route's first window runs another row group (tpr, VPT) than the next window
+    # where the table says so (the CPU path has no groups: one order at every T).
+    first_max = windows["fwd"][0].at_most
+    group = [(v.group["threads_per_row"], v.group["vectors_per_thread"]) for v in windows["fwd"][:2]]
+    own_group = device == "cuda" and len(group) == 2 and group[0] != group[1]
+    if own_group:
+        yp_small, sp_small = cr.cake_rmsnorm_train_forward(h_big[:first_max], w, EPS)
+        assert (ulp_distance(sp_small, sp_big[:first_max]) <= 4).all()
+        dy = ulp_distance(yp_small, yp_big[:first_max]).amax(dim=1)
+        moved = ulp_distance(sp_small, sp_big[:first_max]) > 0
+        assert (dy <= 1).all() and not (dy > 0)[~moved].any()
     ts = {1, 3, 129, 513} | {e + d for e in edges if e > 0 for d in (0, 1)}
     for T in sorted(t for t in ts if t < big):
         y, s, h = cr.cake_rmsnorm_train_forward(x[:T], w, EPS, residual=r[:T])
         yp, sp = cr.cake_rmsnorm_train_forward(h_big[:T], w, EPS)
         dx, _ = cr.cake_rmsnorm_train_backward(g[:T], h, w, s)
         assert torch.equal(y, y_big[:T]) and torch.equal(s, s_big[:T]) and torch.equal(h, h_big[:T]), T
-        assert torch.equal(yp, yp_big[:T]) and torch.equal(sp, sp_big[:T]), T
+        yp_ref, sp_ref = (yp_small, sp_small) if own_group and T <= first_max else (yp_big, sp_big)
+        assert torch.equal(yp, yp_ref[:T]) and torch.equal(sp, sp_ref[:T]), T
         assert torch.equal(dx, dx_big[:T]), T
 
 

@@ -35,16 +35,15 @@ __device__ __forceinline__ float gwxhat_sum(const float (&g)[kVec], const float 
 __device__ __forceinline__ float dx_value(float g, float w, float xhat, float mean, float rstd) {
   return __fmul_rn(rstd, __fmaf_rn(-mean, xhat, __fmul_rn(g, w)));
 }
-// One vector's dx (RES: d holds g_residual's on entry, added to dx rounded to T, as eager's
-// `dx + g_residual` would: docs/numerics.md) and dw products g * xhat.
-template <typename T, bool RES>
+// One vector's dx (RES: d holds g_residual's on entry, added in) and dw products g * xhat.
+template <bool RES>
 __device__ __forceinline__ void dx_and_products(const float (&g)[kVec], const float (&w)[kVec], const float (&x)[kVec],
                                                 float rstd, float mean, float (&d)[kVec], float (&prod)[kVec]) {
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const float xhat = __fmul_rn(x[j], rstd);
     const float val = dx_value(g[j], w[j], xhat, mean, rstd);
-    d[j] = RES ? __fadd_rn(stored<T>(val), d[j]) : val;
+    d[j] = RES ? __fadd_rn(val, d[j]) : val;
     prod[j] = __fmul_rn(g[j], xhat);
   }
 }
@@ -118,14 +117,14 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 // The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
 // the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
 // writes dw (one_row_dw).
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, int kMaxCta = kMaxBwdThreads>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   constexpr bool kExact = kTpr > 0;
   constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
   constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
   extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
-  __shared__ float scratch[kExact ? 1 : 2 * kMaxCta];  // unused (and dropped) by exact groups
-  GroupScratch gs{scratch, kMaxCta};
+  __shared__ float scratch[kExact ? 1 : 32];  // unused (and dropped) by exact groups
+  GroupScratch gs{scratch};
   constexpr int kStreams = RES ? 3 : 2;
   const RowGroupT<kTpr> rg(p.tpr);
   const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
@@ -208,7 +207,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         wv[k].template get_here<kBits>(wf);
         part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
-      float dot = high_tree(part);
+      float dot = tree_sum(part);
 #pragma unroll 1
       for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec];
@@ -217,7 +216,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
         w2.get_here(wf);
-        dot = __fadd_rn(dot, gwxhat_sum(gf, wf, xf, rstd));
+        dot += gwxhat_sum(gf, wf, xf, rstd);
       }
       dot = group_sum<kSync>(dot, rg, gs);
       const float mean = kExact ? row_mean(dot, hidden) : __fdiv_rn(dot, static_cast<float>(p.hidden));
@@ -237,7 +236,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         for (int j = 0; j < kVec; ++j) {
           const float xhat = __fmul_rn(xf[j], rstd);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-          d[j] = RES ? __fadd_rn(stored<T>(val), d[j]) : val;
+          d[j] = RES ? __fadd_rn(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);
           if (!hi) kahan_add_hot(acc[k][j], comp[k][j], prod[j]);
         }
@@ -267,7 +266,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         for (int j = 0; j < kVec; ++j) {
           const float xhat = __fmul_rn(xf[j], rstd);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-          d[j] = RES ? __fadd_rn(stored<T>(val), d[j]) : val;
+          d[j] = RES ? __fadd_rn(val, d[j]) : val;
           prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);  // one_row_dw's product: stored by a one-row call only
         }
         store16(dx + v * kVec, pack8<T>(d));
@@ -342,7 +341,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 template <typename T, typename WT, bool RES>
 __global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_wide_kernel(const BwdParams p) {
   pdl_launch_dependents();
-  bwd_rows<T, WT, RES, 4, false, 0, true, kMaxBwdWideThreads>(p, blockIdx.x, gridDim.x);
+  bwd_rows<T, WT, RES, 4, false, 0, true>(p, blockIdx.x, gridDim.x);
 }
 
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,

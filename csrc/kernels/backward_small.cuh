@@ -106,14 +106,14 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
 // One launch: row CTAs [0, p.dx_ctas) take one row a group (chunks of one row: dx has the same
 // bits whatever the chunking), the others dw's column blocks; a one-row call has no column
 // CTAs (its row group writes dw).
-template <typename T, typename WT, bool RES, int VPT, int kTpr, int kMaxCta = kMaxBwdThreads>
+template <typename T, typename WT, bool RES, int VPT, int kTpr>
 __device__ __forceinline__ void one_launch_body(const BwdParams& p) {
   if (static_cast<int>(blockIdx.x) < p.dx_ctas) {
     BwdParams q = p;
     q.chunks = static_cast<int>(p.rows);
     q.chunk_rows = 1;
     q.chunk_rem = 0;
-    bwd_rows<T, WT, RES, VPT, false, kTpr, false, kMaxCta>(q, blockIdx.x, p.dx_ctas);
+    bwd_rows<T, WT, RES, VPT, false, kTpr, false>(q, blockIdx.x, p.dx_ctas);
   } else {
     dw_columns<T, WT>(p, blockIdx.x - p.dx_ctas, gridDim.x - p.dx_ctas);
   }
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_one
 // The wide rows' one launch (rmsnorm_bwd_wide_kernel's CTAs and body).
 template <typename T, typename WT, bool RES>
 __global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_one_wide_kernel(const BwdParams p) {
-  one_launch_body<T, WT, RES, 4, 0, kMaxBwdWideThreads>(p);
+  one_launch_body<T, WT, RES, 4, 0>(p);
 }
 
 }  // namespace cake

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_tea
   constexpr bool kBits = std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ float prods[];          // [warps][kRows][kH]: a batch's dw products
   __shared__ float scratch[1];              // group_sum's kWarp path needs none
-  GroupScratch gs{scratch, 0};
+  GroupScratch gs{scratch};
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
   const RowGroupT<kTpr> rg(kTpr);
   const int lane = rg.lane;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_tea
         wv[k].template get_here<kBits>(wf);
         part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
-      const float dot = group_sum<GroupSync::kWarp>(high_tree(part), rg, gs);
+      const float dot = group_sum<GroupSync::kWarp>(tree_sum(part), rg, gs);
       const float mean = row_mean(dot, kH);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
 #pragma unroll
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_tea
         unpack8<T, kBits>(cur.x[k], xf);
         if (RES) unpack8<T, kBits>(cur.r[k], d);
         wv[k].template get_here<kBits>(wf);
-        dx_and_products<T, RES>(gf, wf, xf, rstd, mean, d, prod);
+        dx_and_products<RES>(gf, wf, xf, rstd, mean, d, prod);
         if (row < end) store16(dx + v * kVec, pack8<T>(d));
         if (want_dw) {
           float4* s4 = reinterpret_cast<float4*>(sp + slot * kH + v * kVec);

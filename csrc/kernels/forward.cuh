@@ -77,7 +77,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
   T* y = static_cast<T*>(p.y) + row * p.y_stride;
 
   uint4 hv[VPT];
-  float part[VPT];  // each vector's sum of squares, then the canonical tree over the vectors
+  float part[VPT];  // each vector's sum of squares, then a tree over the vectors
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     float f[kVec];
@@ -93,9 +93,11 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
       const int v = lane + k * tpr;
       if (valid && (kExact || v < nvec)) store16(h + v * kVec, hv[k]);
     }
-    part[k] = sumsq8(f);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] *= f[j];
+    part[k] = tree_sum(f);
   }
-  float ss = high_tree(part);
+  float ss = tree_sum(part);
   // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
 #pragma unroll 1
   for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
@@ -110,7 +112,9 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
       store16(h + v * kVec, packed);
       unpack8<T, kLean>(packed, f);
     }
-    ss = __fadd_rn(ss, sumsq8(f));
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] *= f[j];
+    ss += tree_sum(f);
   }
   w.before_sum();
   ss = group_sum<kSync>(ss, rg, gs);
@@ -161,8 +165,8 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
   extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
-  __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 2 * kMaxFwdThreads];  // unused (and dropped) for kWarp
-  GroupScratch gs{scratch, kMaxFwdThreads};
+  __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];  // unused (and dropped) for kWarp
+  GroupScratch gs{scratch};
   constexpr int kStreams = RES ? 2 : 1;
   const RowGroup rg(p.tpr);
   const int tpr = rg.tpr, rpc = rg.rpc, group = rg.group, lane = rg.lane;
@@ -224,8 +228,8 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0, int kRows = 1>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     rmsnorm_fwd_stream_kernel(const FwdParams p) {
-  __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 2 * kMaxFwdThreads];
-  GroupScratch gs{scratch, kMaxFwdThreads};
+  __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];
+  GroupScratch gs{scratch};
   const RowGroupT<kTpr> rg(p.tpr);
   const int tpr = rg.tpr, lane = rg.lane;
   const int nvec = kTpr > 0 ? kTpr * VPT : p.hidden / kVec;

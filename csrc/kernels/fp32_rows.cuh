@@ -23,7 +23,6 @@
 #include "fp32_width.h"
 #include "params.h"
 #include "pipeline.cuh"
-#include "vec.cuh"
 
 namespace cake {
 
@@ -77,31 +76,20 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
 }
 
-// Sum over a row group in the canonical order (docs/numerics.md#reduction-order), each thread
-// holding vectors lane, lane + tpr, ... summed by high_tree: an xor butterfly within groups of
-// at most a warp; a group of a whole CTA (tpr > 32) first adds each lane's values across the
-// warps (high half first) through shared memory, then runs the butterfly. Every thread of the
-// CTA calls it.
+// Sum over a row group in a fixed tree: an xor butterfly within groups of at most a warp; a
+// group of a whole CTA (tpr > 32) folds its warps' sums in warp order through shared memory.
+// Every thread of the CTA calls it.
 __device__ __forceinline__ float fp32_group_sum(float v, int tpr, float* scratch) {
-  if (tpr <= 32) {
-    for (int o = tpr / 2; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-  }
-  const int warps = tpr / 32, l = threadIdx.x % 32;
+  const int width = tpr < 32 ? tpr : 32;
+  for (int o = width / 2; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (tpr <= 32) return v;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   __syncthreads();  // the previous call's readers are done with scratch
-  scratch[threadIdx.x] = v;
+  if (threadIdx.x % 32 == 0) scratch[warp] = v;
   __syncthreads();
-  float a[kFp32MaxTpr / 32];
-#pragma unroll
-  for (int w = 0; w < kFp32MaxTpr / 32; ++w) a[w] = w < warps ? scratch[w * 32 + l] : 0.f;
-#pragma unroll
-  for (int h = kFp32MaxTpr / 64; h > 0; h >>= 1)
-    if (h < warps)
-#pragma unroll
-      for (int i = 0; i < h; ++i) a[i] = __fadd_rn(a[i], a[i + h]);
-  v = a[0];
-  for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  float s = scratch[0];
+  for (int i = 1; i < warps; ++i) s = __fadd_rn(s, scratch[i]);
+  return s;
 }
 
 // 8 bytes global -> shared (a 16-bit g's four elements), through L1 like cp_async4.
@@ -131,7 +119,7 @@ __device__ __forceinline__ float4 lds_vec4(uint32_t addr) {
 // LATE_W: w loaded at its use, after the row's sum (fp32_width.h, fp32_fwd_late_w).
 template <typename TY, typename WT, bool RES, int NV, bool LATE_W>
 __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
-  __shared__ float scratch[kFp32MaxTpr];
+  __shared__ float scratch[32];
   const int tpr = p.tpr, lane = threadIdx.x % tpr, groups = blockDim.x / tpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
   const bool valid = row < p.rows;  // a group of a warp or less past the last row computes on zeros
@@ -152,7 +140,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
       if (!LATE_W) wv[k] = load4(w + 4 * v);
     }
   }
-  float part[NV];
+  float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int v = lane + k * tpr;
@@ -160,9 +148,9 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
       h[k] = add4(h[k], rv[k]);
       if (valid && v < nvec) store4(static_cast<float*>(p.h) + row * p.h_stride + 4 * v, h[k]);
     }
-    part[k] = sum4(mul4(h[k], h[k]));
+    ss = __fadd_rn(ss, sum4(mul4(h[k], h[k])));
   }
-  const float ss = fp32_group_sum(high_tree(part), tpr, scratch);
+  ss = fp32_group_sum(ss, tpr, scratch);
   const float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.hidden)), p.eps)));
   if (!valid) return;
   if (lane == 0) p.rstd[row] = rstd;
@@ -180,7 +168,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
 template <typename TG, typename WT, bool RES, int NV>
 __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
   extern __shared__ uint4 fp32_ring[];
-  __shared__ float scratch[kFp32MaxTpr];
+  __shared__ float scratch[32];
   // w in registers for the whole chunk where it fits (NV <= 4: 16 registers beside the 32 of
   // the dw sums); the widest rows read it from L1 at each use.
   constexpr bool kHoldW = NV <= 4;
@@ -246,7 +234,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
     const float rstd = lds4f(rs + uint32_t(slot) * cta * 4);
     // g and xhat held for the second pass.
     float4 xh[NV], gv[NV];
-    float part[NV];
+    float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const uint32_t s = uint32_t(slot * NV + k) * cta;
@@ -254,9 +242,9 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
       xh[k] = scale4(lds_vec4<float>(xs + s * 16), rstd);
       const int v = lane + k * tpr;
       const float4 wk = kHoldW ? wv[k] : (v < nvec ? load4(w + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f));
-      part[k] = sum4(mul4(mul4(gv[k], wk), xh[k]));
+      dot = __fadd_rn(dot, sum4(mul4(mul4(gv[k], wk), xh[k])));
     }
-    const float dot = fp32_group_sum(high_tree(part), tpr, scratch);
+    dot = fp32_group_sum(dot, tpr, scratch);
     if (live) {
       const float mean = __fdiv_rn(dot, static_cast<float>(p.hidden));
       float* dx = static_cast<float*>(p.dx) + row * p.dx_stride;

@@ -35,13 +35,12 @@ __device__ __forceinline__ float row_mean(float sum, int hidden) {
   return __fdiv_rn(sum, static_cast<float>(hidden));
 }
 
-// Scratch of one CTA for groups wider than a warp: two halves of `stride` floats (one a thread
-// of the widest CTA), used in turn by successive group_sum calls, so one barrier a call
-// suffices: a thread still reading half h of call i has not reached call i + 1's barrier,
-// which every writer of call i + 2 (half h again) has passed.
+// Cross-warp scratch of one CTA: two halves of one float a warp (a CTA has at most 16 warps),
+// used in turn by successive group_sum calls, so one barrier a call suffices: a thread still
+// reading half h of call i has not reached call i + 1's barrier, which every writer of call
+// i + 2 (half h again) has passed.
 struct GroupScratch {
-  float* base;  // 2 * stride floats of shared memory (1 where no group is wider than a warp)
-  int stride;
+  float* base;  // >= 32 floats of shared memory
   int half = 0;
 };
 
@@ -59,17 +58,14 @@ __device__ __forceinline__ float xor_sum(float v, int width) {
 }
 
 
-// A row group is `tpr` consecutive threads, tpr a power of two, thread `lane` holding the
-// row's vectors lane, lane + tpr, ... (its own sum of them by high_tree, vec.cuh). The group
-// continues that canonical tree over the lane's bits, the highest first
-// (docs/numerics.md#reduction-order): groups up to a warp by an xor butterfly of offsets
-// tpr/2 .. 1; wider groups first add each lane's values across the group's warps (the lane's
-// high bits) through the scratch behind a named barrier of their own, by the same high-half-
-// first tree, then run the warp's butterfly of offsets 16 .. 1. Every lane ends with the same
-// bits (FP32 addition commutes). Every thread of a group must call this together: callers keep
-// row loops uniform and mask invalid rows instead. The steps are unrolled with uniform guards
-// (tpr is a runtime power of two): at small T the warp's dependent chain is the kernel's
-// latency, and a rolled loop doubled each step.
+// A row group is `tpr` consecutive threads, tpr a power of two. Groups up to a warp reduce
+// with an xor butterfly inside their aligned lanes (every lane ends with the same bits, as
+// FP32 addition commutes); wider groups add their warps' sums through the scratch behind a
+// named barrier of their own; every aligned block of `warps` lanes then reads the same sums
+// and runs the same butterfly over them, so all lanes end with the same bits. Every thread of a
+// group must call this together: callers keep row loops uniform and mask invalid rows instead.
+// The steps are unrolled with uniform guards (tpr is a runtime power of two): at small T the
+// warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
 template <GroupSync kSync = GroupSync::kNamed, typename RG>
 __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& gs) {
   if constexpr (RG::kWidth > 0) {  // a compile-time width: only its log2(width) butterfly steps
@@ -77,22 +73,15 @@ __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& 
     return xor_sum<RG::kWidth / 2>(v, RG::kWidth);
   }
   const int tpr = rg.tpr;
-  if (kSync == GroupSync::kWarp || tpr <= 32) return xor_sum<16>(v, tpr);
+  v = xor_sum<16>(v, tpr);
+  if (kSync == GroupSync::kWarp || tpr <= 32) return v;
   const int warps = tpr >> 5;
-  float* mine = gs.base + gs.half * gs.stride + (threadIdx.x - rg.lane);  // the group's slots
+  const int lane = threadIdx.x & 31;
+  float* mine = gs.base + gs.half * 16 + rg.group * warps;
   gs.half ^= 1;
-  mine[rg.lane] = v;
+  if (lane == 0) mine[rg.lane >> 5] = v;
   group_barrier(1 + rg.group, tpr);
-  const int l = rg.lane & 31;
-  float a[16];
-#pragma unroll
-  for (int w = 0; w < 16; ++w) a[w] = w < warps ? mine[w * 32 + l] : 0.f;
-#pragma unroll
-  for (int h = 8; h > 0; h >>= 1)
-    if (h < warps)
-#pragma unroll
-      for (int i = 0; i < h; ++i) a[i] = __fadd_rn(a[i], a[i + h]);
-  return xor_sum<16>(a[0], 32);
+  return xor_sum<8>(mine[lane & (warps - 1)], warps);
 }
 
 }  // namespace cake

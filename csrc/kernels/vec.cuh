@@ -7,8 +7,6 @@
 
 #include <type_traits>
 
-#include "params.h"
-
 namespace cake {
 
 constexpr int kVec = 8;  // elements per 16-byte vector of a 16-bit type
@@ -99,46 +97,6 @@ struct Tree<1> {
 template <int N>
 __device__ __forceinline__ float tree_sum(const float (&v)[N]) {
   return Tree<N>::sum(v);
-}
-
-// v as storing it in T and reading it back gives (the activation type's rounding).
-template <typename T>
-__device__ __forceinline__ float stored(float v) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) return __bfloat162float(__float2bfloat16_rn(v));
-  else if constexpr (std::is_same<T, __half>::value) return __half2float(__float2half_rn(v));
-  else return v;
-}
-
-CAKE_HD constexpr int pow2_ceil(int n) { return n <= 1 ? 1 : 2 * pow2_ceil((n + 1) / 2); }
-
-// The canonical order over a row's vectors (docs/numerics.md#reduction-order): a pairwise
-// tree over the vector index, the high half first (v + v + P/2, then + P/4, ..., P the power
-// of two at or above the count; absent slots add nothing). A thread holding vectors
-// lane + k * tpr sums its k by this tree, and group_sum continues it over the lane's bits
-// from the highest down, so the row's sum is the same tree for every (tpr, VPT) that holds
-// the row.
-template <int N>
-__device__ __forceinline__ float high_tree(const float (&v)[N]) {
-  constexpr int P = pow2_ceil(N);
-  float a[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) a[i] = v[i];
-#pragma unroll
-  for (int h = P / 2; h > 0; h >>= 1)
-#pragma unroll
-    for (int i = 0; i < h; ++i)
-      if (i + h < N) a[i] = __fadd_rn(a[i], a[i + h]);
-  return a[0];
-}
-
-// One vector's sum of squares: each leaf pair one FMA (a*a + b*b, b*b rounded), then Tree<4>;
-// spelled out so the compiler cannot fuse differently per instance, and the CPU path can
-// compute the same.
-__device__ __forceinline__ float sumsq8(const float (&f)[kVec]) {
-  float pr[kVec / 2];
-#pragma unroll
-  for (int i = 0; i < kVec / 2; ++i) pr[i] = __fmaf_rn(f[2 * i], f[2 * i], __fmul_rn(f[2 * i + 1], f[2 * i + 1]));
-  return tree_sum(pr);
 }
 
 // Eight weights kept in registers in their storage type, loaded once per CTA. get() lets the

@@ -4,9 +4,16 @@ import argparse
 import sys
 
 
+def _row_group(window):
+    """A row's reduction order: its group's threads and vectors a thread."""
+    return window.group["threads_per_row"], window.group["vectors_per_thread"]
+
+
 def windows_text(hidden, sm, routes=None):
-    """The dispatch windows of each width and route as text. No edge moves a row's bits (every
-    program reduces a row in the same order: docs/numerics.md), so none is marked."""
+    """The dispatch windows of each width and route as text, each upper edge marked: `=` the
+    programs on both sides share a row group (a row's outputs are bitwise the same across it),
+    `~` they do not (the sum of squares is reduced in another order: rstd may move by an ulp or
+    two, y by one ulp; docs/perf/runs/h200-fwd-small-wide.md)."""
     import cake_rmsnorm as cr
     lines = []
     for h in hidden:
@@ -14,8 +21,11 @@ def windows_text(hidden, sm, routes=None):
         for route in routes or cr.ROUTES:
             parts = []
             wins = table[route]
-            for above, at_most, name in wins:
+            for i, (above, at_most, name) in enumerate(wins):
                 parts.append(f"({above}, inf) {name}" if at_most is None else f"({above}, {at_most}] {name}")
+                if i + 1 < len(wins):
+                    same = _row_group(wins[i]) == _row_group(wins[i + 1])
+                    parts.append("=" if same else "~")
             lines.append(f"sm_{sm}a {route} H={h}: " + " ".join(parts))
     return "\n".join(lines)
 

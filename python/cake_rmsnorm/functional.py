@@ -147,9 +147,11 @@ def cake_rmsnorm_train_forward(
 
     Notes
     -----
-    T = 0 returns empty outputs. A row's y, rstd and h_new do not depend on T, the kernel
-    variant or the device (the CPU path included): every variant reduces a row in the same
-    order (docs/numerics.md).
+    T = 0 returns empty outputs. Within a token-count window (``program_windows``) a row's y
+    and rstd do not depend on T. At most widths the plain route's first window runs a wider row
+    group than the rest (not at H 768, which runs it at every T, nor at H 1024); across its upper
+    edge rstd may move by an FP32 ulp or two and y by one ulp on a few rows. Every other edge
+    keeps them bitwise.
     """
     C.check_activation(x)
     C.check_weight(w, x)

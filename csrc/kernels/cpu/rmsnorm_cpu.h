@@ -1,6 +1,6 @@
-// CPU forward and backward with the CUDA kernels' bits: FP32 statistics in the kernels'
-// reduction order (row_order.h), IEEE arithmetic rounded where the kernels round, the same
-// chunked dw partials and chunk-order compensated finalize. Single threaded. Torch-free.
+// CPU forward and backward with the CUDA kernels' semantics: FP32 statistics, IEEE
+// arithmetic, the same chunked dw partials and chunk-order compensated finalize. Single
+// threaded, so trivially deterministic. Torch-free.
 #pragma once
 
 #include <cmath>
@@ -9,10 +9,26 @@
 #include "../compensated.h"
 #include "../params.h"
 #include "numeric.h"
-#include "row_order.h"
 
 namespace cake {
 namespace cpu {
+
+// Sum in 16 interleaved Kahan-compensated lanes, then a fixed pairwise tree of the
+// compensated pairs: plain lanes carried an error chain of n / 16 adds, which at H = 2^20 put
+// rstd 2.4e-5 off (rel-L2, contract 1e-5) and dw, through rstd, behind the eager FP32 sum from
+// H 8192. Fixed order: a row's result is a function of the row alone.
+inline float lane_sum(const float* v, int n) {
+  float lanes[16] = {0.f}, comp[16] = {0.f};
+  for (int i = 0; i < n; ++i) kahan_add(lanes[i & 15], comp[i & 15], v[i]);
+  float s[16], c[16];
+  for (int j = 0; j < 16; ++j) {
+    s[j] = lanes[j];
+    c[j] = -comp[j];  // Kahan's c holds the negated error; Neumaier's the error itself
+  }
+  for (int w = 8; w > 0; w >>= 1)
+    for (int j = 0; j < w; ++j) neumaier_merge(s[j], c[j], s[j + w], c[j + w]);
+  return s[0] + c[0];
+}
 
 template <typename W>
 inline void load_weight(const void* w, int n, std::vector<float>& out) {
@@ -24,11 +40,8 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
 // T: x, residual and h_new; W: w; TY: y (T, or the 16-bit compute dtype of FP32 activations).
 template <typename T, typename W, typename TY = T>
 void forward(const FwdParams& p) {
-  constexpr bool kFp32 = sizeof(T) == 4;
-  constexpr int kLeaf = kFp32 ? 4 : 8;  // values a 16-byte vector
-  const int H = p.hidden, n = H / kLeaf;
-  const GroupShape shape = forward_shape(H, kFp32);
-  std::vector<float> wf, h(H), leaves(n), lanes;
+  const int H = p.hidden;
+  std::vector<float> wf, h(H), sq(H);
   load_weight<W>(p.w, H, wf);
   for (int64_t row = 0; row < p.rows; ++row) {
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
@@ -41,8 +54,8 @@ void forward(const FwdParams& p) {
         h[i] = T::to_float(hout[i]);
       }
     }
-    for (int v = 0; v < n; ++v) leaves[v] = kFp32 ? sumsq4(&h[v * 4]) : sumsq8(&h[v * 8]);
-    const float mean = group_row_sum(leaves.data(), n, shape, lanes) / static_cast<float>(H);
+    for (int i = 0; i < H; ++i) sq[i] = h[i] * h[i];
+    const float mean = lane_sum(sq.data(), H) / static_cast<float>(H);
     const float rstd = 1.f / std::sqrt(mean + p.eps);
     p.rstd[row] = rstd;
     TY* y = static_cast<TY*>(p.y) + row * p.y_stride;
@@ -83,11 +96,8 @@ void finalize(const BwdParams& p) {
 // T: x, dx and g_residual; W: w; TG: g (y's dtype).
 template <typename T, typename W, typename TG = T>
 void backward(const BwdParams& p) {
-  constexpr bool kFp32 = sizeof(T) == 4;
-  constexpr int kLeaf = kFp32 ? 4 : 8;
-  const int H = p.hidden, n = H / kLeaf;
-  const GroupShape shape = backward_shape(H, kFp32, static_cast<int>(sizeof(TG)), p.gr != nullptr);
-  std::vector<float> wf, gf(H), xf(H), xh(H), comp(H), leaves(n), group;
+  const int H = p.hidden;
+  std::vector<float> wf, gf(H), xh(H), term(H), comp(H);
   load_weight<W>(p.w, H, wf);
   for (int c = 0; c < p.chunks; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
@@ -100,21 +110,15 @@ void backward(const BwdParams& p) {
       const float rstd = p.rstd[row];
       for (int i = 0; i < H; ++i) {
         gf[i] = TG::to_float(g[i]);
-        xf[i] = T::to_float(x[i]);
-        xh[i] = xf[i] * rstd;
+        xh[i] = T::to_float(x[i]) * rstd;
+        term[i] = (gf[i] * wf[i]) * xh[i];
       }
-      for (int v = 0; v < n; ++v)
-        leaves[v] = kFp32 ? gwxhat_sum4(&gf[v * 4], &wf[v * 4], &xh[v * 4])
-                          : gwxhat_sum8(&gf[v * 8], &wf[v * 8], &xf[v * 8], rstd);
-      const float mean = group_row_sum(leaves.data(), n, shape, group) / static_cast<float>(H);
+      const float mean = lane_sum(term.data(), H) / static_cast<float>(H);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
       const T* gr = p.gr != nullptr ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
       for (int i = 0; i < H; ++i) {
-        const float gw = gf[i] * wf[i];
-        // 16-bit activations: the mean's term fused (backward.cuh, dx_value); FP32: rounded.
-        float d = kFp32 ? rstd * (gw - mean * xh[i]) : rstd * std::fma(-mean, xh[i], gw);
-        // g_residual meets dx rounded to T, as eager's `dx + g_residual` (docs/numerics.md).
-        if (gr != nullptr) d = T::to_float(T::from_float(d)) + T::to_float(gr[i]);
+        float d = rstd * ((gf[i] * wf[i]) - mean * xh[i]);
+        if (gr != nullptr) d += T::to_float(gr[i]);
         dx[i] = T::from_float(d);
         if (part != nullptr) kahan_add(part[i], comp[i], gf[i] * xh[i]);
       }
