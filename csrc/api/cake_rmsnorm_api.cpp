@@ -150,7 +150,7 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
     return CAKE_ERR_MISALIGNED;
   const int sm = call_sm();
   if (!arch_built(sm)) return CAKE_ERR_ARCH;
-  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, stream));
+  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, sm, stream));
   cake::Program prog;
   if (!cake::program_for(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, sm,
                          cake::current_overrides(), &prog))
@@ -244,7 +244,7 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
     return CAKE_ERR_MISALIGNED;
   const int sm = call_sm();
   if (!arch_built(sm)) return CAKE_ERR_ARCH;
-  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, stream));
+  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, sm, stream));
   const cake::Overrides o = cake::current_overrides();
   cake::Program prog;
   if (!cake::program_for(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, sm, o, &prog))

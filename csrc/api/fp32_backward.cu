@@ -42,28 +42,29 @@ int fp32_backward_res(const BwdParams& q, const Fp32Plan& plan, cudaStream_t s) 
 }
 
 template <typename TG, typename WT>
-int fp32_backward_as(const BwdParams& p, cudaStream_t s) {
+int fp32_backward_as(const BwdParams& p, const ArchTable& t, cudaStream_t s) {
   const bool res = p.gr != nullptr;
-  const Fp32Plan plan = plan_fp32_backward(p.hidden, sizeof(TG), res);
+  const Fp32Plan plan = plan_fp32_backward(p.hidden, sizeof(TG), res, t);
   BwdParams q = p;
   q.tpr = plan.tpr;
   return res ? fp32_backward_res<TG, WT, true>(q, plan, s) : fp32_backward_res<TG, WT, false>(q, plan, s);
 }
 
 template <typename A>
-int bwd_w(int w, const BwdParams& p, cudaStream_t s) {
-  if (w == 0) return fp32_backward_as<A, __nv_bfloat16>(p, s);
-  if (w == 1) return fp32_backward_as<A, __half>(p, s);
-  return fp32_backward_as<A, float>(p, s);
+int bwd_w(int w, const BwdParams& p, const ArchTable& t, cudaStream_t s) {
+  if (w == 0) return fp32_backward_as<A, __nv_bfloat16>(p, t, s);
+  if (w == 1) return fp32_backward_as<A, __half>(p, t, s);
+  return fp32_backward_as<A, float>(p, t, s);
 }
 
 }  // namespace
 
-int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, void* stream) {
+int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, int sm, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (g_dtype == 0) return bwd_w<__nv_bfloat16>(w_dtype, p, s);
-  if (g_dtype == 1) return bwd_w<__half>(w_dtype, p, s);
-  return bwd_w<float>(w_dtype, p, s);
+  const ArchTable& t = arch_table(sm);
+  if (g_dtype == 0) return bwd_w<__nv_bfloat16>(w_dtype, p, t, s);
+  if (g_dtype == 1) return bwd_w<__half>(w_dtype, p, t, s);
+  return bwd_w<float>(w_dtype, p, t, s);
 }
 
 int launch_dw_finalize(const BwdParams& p, int dw_dtype, void* stream) {

@@ -34,8 +34,8 @@ int fp32_forward_res(const FwdParams& q, const Fp32Plan& plan, cudaStream_t s) {
 }
 
 template <typename TY, typename WT>
-int fp32_forward_as(const FwdParams& p, cudaStream_t s) {
-  const Fp32Plan plan = plan_fp32_forward(p.hidden);
+int fp32_forward_as(const FwdParams& p, const ArchTable& t, cudaStream_t s) {
+  const Fp32Plan plan = plan_fp32_forward(p.hidden, t);
   FwdParams q = p;
   q.tpr = plan.tpr;
   return p.r != nullptr ? fp32_forward_res<TY, WT, true>(q, plan, s) : fp32_forward_res<TY, WT, false>(q, plan, s);
@@ -43,19 +43,20 @@ int fp32_forward_as(const FwdParams& p, cudaStream_t s) {
 
 // dtype codes as cake_dtype_t: 0 BF16, 1 FP16, 2 FP32.
 template <typename A>
-int fwd_w(int w, const FwdParams& p, cudaStream_t s) {
-  if (w == 0) return fp32_forward_as<A, __nv_bfloat16>(p, s);
-  if (w == 1) return fp32_forward_as<A, __half>(p, s);
-  return fp32_forward_as<A, float>(p, s);
+int fwd_w(int w, const FwdParams& p, const ArchTable& t, cudaStream_t s) {
+  if (w == 0) return fp32_forward_as<A, __nv_bfloat16>(p, t, s);
+  if (w == 1) return fp32_forward_as<A, __half>(p, t, s);
+  return fp32_forward_as<A, float>(p, t, s);
 }
 
 }  // namespace
 
-int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, void* stream) {
+int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, int sm, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (y_dtype == 0) return fwd_w<__nv_bfloat16>(w_dtype, p, s);
-  if (y_dtype == 1) return fwd_w<__half>(w_dtype, p, s);
-  return fwd_w<float>(w_dtype, p, s);
+  const ArchTable& t = arch_table(sm);
+  if (y_dtype == 0) return fwd_w<__nv_bfloat16>(w_dtype, p, t, s);
+  if (y_dtype == 1) return fwd_w<__half>(w_dtype, p, t, s);
+  return fwd_w<float>(w_dtype, p, t, s);
 }
 
 }  // namespace cake

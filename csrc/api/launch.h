@@ -19,8 +19,9 @@ int launch_backward_fp16(const BwdParams& p, bool w_fp32, const Program& prog, i
                          void* stream);
 // FP32 activations (kernels/fp32_rows.cuh; fp32_forward.cu, fp32_backward.cu): y (forward) or g (backward) and w of the given
 // cake_dtype_t codes; dx, h_new and g_residual FP32. Rows up to fp32_width_ok() wide.
-int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, void* stream);
-int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, void* stream);
+// Their plans take architecture `sm`'s table (dispatch/plan.h, plan_fp32_forward, _backward).
+int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, int sm, void* stream);
+int launch_fp32_backward(const BwdParams& p, int g_dtype, int w_dtype, int sm, void* stream);
 // dw from p.chunks FP32 partials (p.partials) into p.dw of dw_dtype (a cake_dtype_t code),
 // in the finalize's chunk order (sequence-parallel callers gather the partials first).
 int launch_dw_finalize(const BwdParams& p, int dw_dtype, void* stream);

@@ -10,7 +10,7 @@
 #include "../dispatch/plan.h"
 #include "../kernels/backward.cuh"
 #include "../kernels/backward_small.cuh"
-#include "../kernels/backward_team.cuh"
+#include "../kernels/backward_warp_chunks.cuh"
 #include "launch.h"
 #include "occupancy.h"
 
@@ -96,20 +96,20 @@ int launch_one(const BwdParams& p, const BwdPlan& plan, cudaStream_t s) {
   return static_cast<int>(cudaGetLastError());
 }
 
-// The warp-chunk instance of a (tpr, VPT) (dispatch/plan.h, team_fits), or null.
+// The warp-chunk instance of a (tpr, VPT) (dispatch/plan.h, warp_chunks_fit), or null.
 template <typename T, typename WT, bool RES, int VPT>
-BwdKernel team_kernel(int tpr) {
+BwdKernel warp_chunks_kernel(int tpr) {
   if constexpr (VPT == 2 || VPT == 3) {
-    if (tpr == 4) return rmsnorm_bwd_team_kernel<T, WT, RES, 4, VPT>;
-    if (tpr == 8) return rmsnorm_bwd_team_kernel<T, WT, RES, 8, VPT>;
+    if (tpr == 4) return rmsnorm_bwd_warp_chunks_kernel<T, WT, RES, 4, VPT>;
+    if (tpr == 8) return rmsnorm_bwd_warp_chunks_kernel<T, WT, RES, 8, VPT>;
   }
   return nullptr;
 }
 
 template <typename T, typename WT, bool RES, int VPT>
-int launch_team(const BwdParams& p, const BwdPlan& plan, int max_ctas, cudaStream_t s) {
+int launch_warp_chunks(const BwdParams& p, const BwdPlan& plan, int max_ctas, cudaStream_t s) {
   const Program& prog = plan.program;
-  const BwdKernel kernel = team_kernel<T, WT, RES, VPT>(prog.tpr);
+  const BwdKernel kernel = warp_chunks_kernel<T, WT, RES, VPT>(prog.tpr);
   if (kernel == nullptr) return static_cast<int>(cudaErrorInvalidConfiguration);
   const size_t smem = size_t(prog.cta / 32) * 32 * VPT * 8 * sizeof(float);  // a batch's products a warp
   const int64_t wanted = ceil_div(p.chunks, prog.cta / 32);
@@ -153,7 +153,7 @@ int launch_backward_kernel(const BwdParams& p, const Program& table_prog, int ma
     return resident_ctas(reinterpret_cast<const void*>(k), twin.cta, backward_smem_bytes(twin.cta, VPT, twin.stages, RES));
   });
   if (plan.one_launch) return launch_one<T, WT, RES, VPT>(p, plan, s);
-  if (plan.team) return launch_team<T, WT, RES, VPT>(p, plan, max_ctas, s);
+  if (plan.warp_chunks) return launch_warp_chunks<T, WT, RES, VPT>(p, plan, max_ctas, s);
   return launch_rows<T, WT, RES, VPT>(p, plan, max_ctas, s);
 }
 

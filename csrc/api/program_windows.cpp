@@ -41,12 +41,13 @@ void dw_fields(int64_t rows, int64_t hidden, int sms, cake_rmsnorm_plan* out) {
   out->finalize_lanes = f.lanes;
 }
 
-int fp32_plan(cake::Route r, int64_t hidden, int64_t rows, int sms, int y_dtype, cake_rmsnorm_plan* out) {
+int fp32_plan(cake::Route r, int64_t hidden, int64_t rows, int sm, int sms, int y_dtype, cake_rmsnorm_plan* out) {
   if (!cake::fp32_width_ok(hidden)) return -1;
   const int h = static_cast<int>(hidden);
-  const cake::Fp32Plan f = cake::is_forward(r) ? cake::plan_fp32_forward(h)
+  const cake::ArchTable& t = cake::arch_table(sm);
+  const cake::Fp32Plan f = cake::is_forward(r) ? cake::plan_fp32_forward(h, t)
                                                : cake::plan_fp32_backward(h, y_dtype == CAKE_DTYPE_FP32 ? 4 : 2,
-                                                                          cake::has_residual(r));
+                                                                          cake::has_residual(r), t);
   snprintf(out->program, sizeof(out->program), "fp32_t%dx%d_v%d_s%d", f.tpr, f.cta / f.tpr, f.nv, f.stages);
   out->group = cake_rmsnorm_group{f.tpr, f.cta / f.tpr, f.nv, f.stages, 1};
   out->warp_sync = f.tpr <= 32;
@@ -74,7 +75,7 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
     return -1;
   *out = cake_rmsnorm_plan{};
   out->table_measured = cake::arch_table(sm).measured;
-  if (x_dtype == CAKE_DTYPE_FP32) return fp32_plan(r, hidden, rows, sms, y_dtype, out);
+  if (x_dtype == CAKE_DTYPE_FP32) return fp32_plan(r, hidden, rows, sm, sms, y_dtype, out);
   const bool w_fp32 = w_dtype == CAKE_DTYPE_FP32;
   const int h = static_cast<int>(hidden);
   const cake::Overrides none{};  // the plan of a call with no tuning hook set
@@ -113,9 +114,9 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
     out->dw_ctas = b.dw_ctas;
     return 0;
   }
-  out->warp_chunks = b.team;
+  out->warp_chunks = b.warp_chunks;
   cake::Program twin = table;
-  if (!b.team && cake::pair_candidate(table, q, rem, &twin)) {
+  if (!b.warp_chunks && cake::pair_candidate(table, q, rem, &twin)) {
     out->pair_min_resident = static_cast<int>(cake::pair_min_resident(twin, c));
     out->pair_cta = twin.cta;
   }

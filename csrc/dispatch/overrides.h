@@ -16,7 +16,7 @@ struct Overrides {
   Program program[2] = {};     // forward, backward; tpr 0: the window table's
   bool exact_groups = true;    // false: the runtime-width kernels where an exact group has its own
   int one_launch_chunks = -1;  // -1: ArchTable::bwd_one_launch_chunks
-  int warp_chunk_rows = -1;    // -1: ArchTable::bwd_team_chunk_rows
+  int warp_chunk_rows = -1;    // -1: ArchTable::bwd_warp_chunk_rows
 };
 
 // The program a launch of `rows` rows on `route` uses on architecture `sm`; false if an
@@ -32,7 +32,7 @@ inline bool program_for(Route route, int64_t hidden, int64_t rows, int sm, const
 // The backward's one-launch and warp-chunk limits on architecture table `t`.
 constexpr BwdLimits limits_for(const ArchTable& t, const Overrides& o) {
   return BwdLimits{o.one_launch_chunks >= 0 ? o.one_launch_chunks : t.bwd_one_launch_chunks,
-                   o.warp_chunk_rows >= 0 ? o.warp_chunk_rows : t.bwd_team_chunk_rows};
+                   o.warp_chunk_rows >= 0 ? o.warp_chunk_rows : t.bwd_warp_chunk_rows};
 }
 
 }  // namespace cake

@@ -131,18 +131,18 @@ constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden, int64_t ro
   return rows == 1 ? 0 : ceil_div(hidden / 8, int64_t(prog.cta / 32) * kDwColVecs);
 }
 
-// Warp chunks (kernels/backward_team.cuh): for the narrow programs whose groups cover a row
-// exactly (params.h, team_instance), where a chunk holds at least ArchTable::bwd_team_chunk_rows rows,
+// Warp chunks (kernels/backward_warp_chunks.cuh): for the narrow programs whose groups cover a row
+// exactly (params.h, warp_chunks_instance), where a chunk holds at least ArchTable::bwd_warp_chunk_rows rows,
 // a warp takes each chunk, its 32 / tpr groups a row each, instead of one group a chunk; the
 // same dx and dw bits.
 // The kernel is a compile-time width's, so the exact-groups hook's runtime-width runs
 // (Program::exact false) keep the row kernel.
-constexpr bool team_fits(const Program& prog, int hidden, int64_t chunk_rows, int min_chunk_rows) {
-  return prog.exact && min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && team_instance(prog.tpr, prog.vpt) &&
+constexpr bool warp_chunks_fit(const Program& prog, int hidden, int64_t chunk_rows, int min_chunk_rows) {
+  return prog.exact && min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && warp_chunks_instance(prog.tpr, prog.vpt) &&
          hidden == prog.tpr * prog.vpt * 8;
 }
 // Its CTA: 8 warps (the row kernel's 256-thread cap).
-constexpr int kTeamCta = 256;
+constexpr int kWarpChunksCta = 256;
 
 struct BwdPlan {
   Program program;  // the table's, or its pair twin (one launch: the table's with a one-row ring)
@@ -151,14 +151,14 @@ struct BwdPlan {
   FinalizeShape finalize;  // unused by the one launch
   bool one_launch;
   int64_t dx_ctas, dw_ctas;  // the one launch's grid: row CTAs, then column CTAs
-  bool team;                 // warp chunks (the program's tpr and VPT, kTeamCta threads)
+  bool warp_chunks;          // a warp a dw chunk (the program's tpr and VPT, kWarpChunksCta threads)
 };
 // The kernel choices beside the program, the architecture table's or the tuning hooks': the
 // one launch up to one_launch_chunks dw chunks (one_launch_fits), warp chunks from
-// team_chunk_rows rows a chunk (team_fits); 0: never.
+// warp_chunk_rows rows a chunk (warp_chunks_fit); 0: never.
 struct BwdLimits {
   int one_launch_chunks;
-  int team_chunk_rows;
+  int warp_chunk_rows;
 };
 // A backward call as its plan sees it: the shape, the dw chunking (params.h), whether dw is
 // wanted and the caller's grid cap (0: none).
@@ -188,9 +188,9 @@ constexpr BwdPlan plan_backward(const Program& table, const BwdCall& c, const Bw
     b.dw_ctas = one_launch_dw_ctas(b.program, c.hidden, c.rows);
     return b;
   }
-  if (team_fits(table, c.hidden, c.chunk_rows, lim.team_chunk_rows)) {
-    b.team = true;
-    b.program.cta = kTeamCta;
+  if (warp_chunks_fit(table, c.hidden, c.chunk_rows, lim.warp_chunk_rows)) {
+    b.warp_chunks = true;
+    b.program.cta = kWarpChunksCta;
     return b;
   }
   Program q = table;
@@ -208,15 +208,15 @@ struct Fp32Plan {
   int tpr, cta;  // threads a row group, a CTA
   int nv;        // the instance's float4 vectors a thread (2, 4 or 8)
   int stages;    // the backward's ring of rows (2, or 1 where two exceed shared memory); 0 forward
-  bool late_w;   // the forward loads w after the sum (fp32_fwd_late_w)
+  bool late_w;   // the forward loads w after the sum (ArchTable::fp32_fwd_late_w_tpr)
 };
-constexpr Fp32Plan plan_fp32_forward(int hidden) {
-  const int tpr = fp32_tpr(hidden, kFp32FwdVectors), nv = fp32_nv(hidden, tpr);
-  return Fp32Plan{tpr, fp32_cta(tpr), nv, 0, nv > 2 && fp32_fwd_late_w(tpr)};
+constexpr Fp32Plan plan_fp32_forward(int hidden, const ArchTable& t = kSm90) {
+  const int tpr = fp32_tpr(hidden, t.fp32_fwd_vectors), nv = fp32_nv(hidden, tpr);
+  return Fp32Plan{tpr, fp32_cta(tpr, t.fp32_min_cta), nv, 0, nv > 2 && tpr >= t.fp32_fwd_late_w_tpr};
 }
 // g_bytes: the size of g's elements (y's dtype).
-constexpr Fp32Plan plan_fp32_backward(int hidden, int g_bytes, bool residual) {
-  const int tpr = fp32_tpr(hidden, kFp32BwdVectors), cta = fp32_cta(tpr), nv = fp32_nv(hidden, tpr);
+constexpr Fp32Plan plan_fp32_backward(int hidden, int g_bytes, bool residual, const ArchTable& t = kSm90) {
+  const int tpr = fp32_tpr(hidden, t.fp32_bwd_vectors), cta = fp32_cta(tpr, t.fp32_min_cta), nv = fp32_nv(hidden, tpr);
   const int stages = fp32_bwd_smem_bytes(cta, nv, 2, g_bytes, residual) <= kMaxSmemPerCta ? 2 : 1;
   return Fp32Plan{tpr, cta, nv, stages, false};
 }

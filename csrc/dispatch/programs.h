@@ -100,8 +100,17 @@ struct ArchTable {
                                  // a CTA (backward_program)
   int bwd_one_launch_chunks;     // the backward runs one launch up to this many dw chunks (plan.h;
                                  // dispatch.md#one-launch)
-  int bwd_team_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
+  int bwd_warp_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
                                  // (dispatch.md#warp-chunks)
+  // FP32 activations (kernels/fp32_width.h, dispatch/plan.h):
+  int fp32_fwd_vectors;     // float4 vectors a thread the forward's row group aims at (four
+                            // measured faster than two; dispatch.md#fp32-vectors)
+  int fp32_bwd_vectors;     // ... the backward's (two: with four a chunk's group had too few loads
+                            // in flight)
+  int fp32_min_cta;         // threads a CTA of groups of a warp or less
+  int fp32_fwd_late_w_tpr;  // the forward loads w after the sum in groups of this many threads
+                            // and up (a whole 512-thread CTA: three an SM instead of two;
+                            // narrower groups measured slower with it; dispatch.md#fp32-late-w)
 };
 constexpr ArchTable sm90_table() {
   ArchTable t{};
@@ -126,7 +135,11 @@ constexpr ArchTable sm90_table() {
   t.fwd_two_vector_max = 128;
   t.bwd_wide_above = 10240;
   t.bwd_one_launch_chunks = 64;
-  t.bwd_team_chunk_rows = 8;
+  t.bwd_warp_chunk_rows = 8;
+  t.fp32_fwd_vectors = 4;
+  t.fp32_bwd_vectors = 2;
+  t.fp32_min_cta = 128;
+  t.fp32_fwd_late_w_tpr = 512;
   return t;
 }
 constexpr ArchTable kSm90 = sm90_table();

@@ -74,10 +74,10 @@ struct FwdParams {
 // columns a lane sums, so a warp covers 8 * kDwColVecs columns.
 constexpr int kDwColVecs = 1;
 
-// The warp-chunk backward's compiled shapes (backward_team.cuh): exact covers of the tables'
+// The warp-chunk backward's compiled shapes (backward_warp_chunks.cuh): exact covers of the tables'
 // narrow programs, H 64 (t4 v2), 96 (t4 v3), 128 (t8 v2), 192 (t8 v3). Not H 256 (t16 v2: two
 // groups a warp), where it gained nothing (docs/perf/dispatch.md#warp-chunks).
-CAKE_HD constexpr bool team_instance(int tpr, int vpt) { return (vpt == 2 || vpt == 3) && (tpr == 4 || tpr == 8); }
+CAKE_HD constexpr bool warp_chunks_instance(int tpr, int vpt) { return (vpt == 2 || vpt == 3) && (tpr == 4 || tpr == 8); }
 
 struct BwdParams {
   const void* g;

@@ -15,8 +15,8 @@
 namespace cake {
 
 template <typename T, typename WT, bool RES, int kTpr, int VPT>
-__global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_team_kernel(const BwdParams p) {
-  static_assert(team_instance(kTpr, VPT), "a compiled team shape");
+__global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_warp_chunks_kernel(const BwdParams p) {
+  static_assert(warp_chunks_instance(kTpr, VPT), "a compiled warp-chunk shape");
   constexpr int kRows = 32 / kTpr;          // rows a batch: the warp's groups
   constexpr int kH = kTpr * VPT * kVec;     // the width, covered exactly
   constexpr int kCols = kH / 32;            // dw columns a lane owns
