@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "../dispatch/overrides.h"
+#include "dtypes.h"
 
 namespace {
 
@@ -30,8 +31,6 @@ extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, i
 
 namespace {
 
-bool is_16bit(int t) { return t == CAKE_DTYPE_BF16 || t == CAKE_DTYPE_FP16; }
-bool is_dtype(int t) { return is_16bit(t) || t == CAKE_DTYPE_FP32; }
 
 // The backward's dw fields, common to both activation dtypes.
 void dw_fields(int64_t rows, int64_t hidden, int sms, cake_rmsnorm_plan* out) {
@@ -68,9 +67,8 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
                                         cake_rmsnorm_plan* out) {
   cake::Route r;
   cake::Window tmp[cake::kMaxWindows];
-  if (!cake::parse_route(route, &r) || out == nullptr || rows < 0 || sms < 0 || !is_dtype(x_dtype) ||
-      !is_dtype(w_dtype) || !is_dtype(y_dtype) ||
-      (is_16bit(x_dtype) && ((w_dtype != x_dtype && w_dtype != CAKE_DTYPE_FP32) || y_dtype != x_dtype)) ||
+  if (!cake::parse_route(route, &r) || out == nullptr || rows < 0 || sms < 0 ||
+      !cake::dtypes_served(x_dtype, w_dtype, y_dtype) ||
       cake::windows_for(r, hidden, sm, tmp, cake::kMaxWindows) < 0)
     return -1;
   *out = cake_rmsnorm_plan{};
