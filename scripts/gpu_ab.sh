@@ -5,12 +5,11 @@
 # own yardstick). Logs and results go to $LOG_DIR as new-*.json/md and base-*.json/md.
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-ab}
-BASE_DIR=${BASE_DIR:?a base source tree}
+BASE_DIR=$(cd "${BASE_DIR:?a base source tree}" && pwd)  # absolute: the benches run from /tmp
 mkdir -p "$LOG_DIR"
 export CAKE_CUDA_ARCHS=${CAKE_CUDA_ARCHS:-90a} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 t0=$SECONDS
-python -c "import cake_rmsnorm" 2>/dev/null ||
-  python -m pip install --no-build-isolation --no-deps -e . >"$LOG_DIR/build.log" 2>&1 || { tail -30 "$LOG_DIR/build.log"; exit 1; }
+python -m pip install --no-build-isolation --no-deps -e . >"$LOG_DIR/build.log" 2>&1 || { tail -30 "$LOG_DIR/build.log"; exit 1; }
 (cd "$BASE_DIR" && python setup.py build_ext --inplace >"$LOG_DIR/build-base.log" 2>&1) || { tail -30 "$LOG_DIR/build-base.log"; exit 1; }
 echo "builds: $((SECONDS - t0)) s"
 for i in 1 2 3; do

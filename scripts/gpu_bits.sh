@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The bits contract on a GPU machine: build for the local GPU, the GPU-marked tests (TESTS,
-# default the whole suite: test_bits.py compares every output with the CPU path's bits),
-# racecheck over the sanitizer workload, and the bits fingerprint (BITS_COMPARE: an earlier
+# default the whole suite), racecheck over the sanitizer workload, and the bits fingerprint (BITS_COMPARE: an earlier
 # fingerprint to diff against). Logs go to $LOG_DIR.
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-bits}

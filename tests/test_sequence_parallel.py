@@ -36,11 +36,12 @@ def _inputs(T, H, act, wd, device, seed, residual=False):
 @pytest.mark.parametrize("act,wd", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
                                     (torch.float32, torch.float32), (torch.float32, torch.bfloat16)])
 @pytest.mark.parametrize("T,H", [(2048, 128), (4096, 512), (1024, 4096), (96, 1536)])
-def test_ranks_partials_give_the_unsharded_dw(device, act, wd, T, H):
+@pytest.mark.parametrize("residual", [True, False])
+def test_ranks_partials_give_the_unsharded_dw(device, act, wd, T, H, residual):
     """Emulated ranks (slices of T) with chunks_per_rank chunks each: the finalize over their
     partials in rank order is the single-process dw bitwise, FP32 and in w's dtype, and the
     slices' dx are the whole call's."""
-    g, x, w, rstd, gr = _inputs(T, H, act, wd, device, seed=T + H, residual=True)
+    g, x, w, rstd, gr = _inputs(T, H, act, wd, device, seed=T + H, residual=residual)
     dx_ref, dw_ref = cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=gr)
     for world in (1, 2, 4, 8):
         try:
@@ -48,7 +49,7 @@ def test_ranks_partials_give_the_unsharded_dw(device, act, wd, T, H):
         except ValueError:
             assert T % world or int(cr._lib._c.cake_rmsnorm_backward_chunks(T, H)) % world
             continue
-        outs = [sp.backward_partials(g[s], x[s], w, rstd[s], chunks, g_residual=gr[s])
+        outs = [sp.backward_partials(g[s], x[s], w, rstd[s], chunks, g_residual=gr[s] if residual else None)
                 for s in (slice(r * T // world, (r + 1) * T // world) for r in range(world))]
         parts = torch.cat([p for _, p in outs])
         assert torch.equal(_bits(sp.dw_from_partials(parts)), _bits(dw_ref)), world
@@ -73,6 +74,42 @@ def test_refusals():
     parts = torch.randn(4, 128)
     sp.dw_from_partials(parts, out=dw, accumulate=True)
     assert torch.equal(dw, 1 + sp.dw_from_partials(parts))
+    import copy
+    import pickle
+    win = cr.program_windows("fwd", 2048, sm=90)["fwd"]
+    assert copy.deepcopy(win) == win and pickle.loads(pickle.dumps(win))[0].group == win[0].group
+
+
+def test_c_api_refusals_write_nothing():
+    """cake_rmsnorm_backward_partials refuses a dw, accumulate, dw in w's dtype, more chunks
+    than rows or than 4096, and writes neither dx nor the workspace; dw_finalize refuses a bad
+    dtype, no chunks, and accumulate into a 16-bit dw."""
+    import ctypes
+    g, x, w, rstd, _ = _inputs(16, 64, torch.bfloat16, torch.bfloat16, "cpu", 3)
+    dx = torch.full_like(x, 7.0)
+    ws = torch.full((16, 64), 5.0)
+    dw = torch.zeros(64)
+
+    def args(**over):
+        a = sp._BwdArgs(device=0, x_dtype=0, w_dtype=0, rows=16, hidden=64, g=g.data_ptr(), g_row_stride=64,
+                        x=x.data_ptr(), x_row_stride=64, w=w.data_ptr(), rstd=rstd.data_ptr(), g_residual=None,
+                        g_residual_row_stride=64, dx=dx.data_ptr(), dx_row_stride=64, dw=None,
+                        workspace=ws.data_ptr(), workspace_bytes=ws.numel() * 4, max_ctas=0, accumulate_dw=0,
+                        dw_in_w_dtype=0, g_dtype_set=0, g_dtype=0)
+        for k, v in over.items():
+            setattr(a, k, v)
+        return ctypes.byref(a)
+    c = sp._c
+    for a, chunks in ((args(dw=dw.data_ptr()), 4), (args(accumulate_dw=1), 4), (args(dw_in_w_dtype=1), 4),
+                      (args(), 17), (args(), 0), (args(rows=5000, workspace_bytes=1 << 30), 4097)):
+        assert c.cake_rmsnorm_backward_partials(a, chunks, None) != 0
+    assert (dx == 7.0).all() and (ws == 5.0).all() and (dw == 0).all()
+    assert c.cake_rmsnorm_backward_partials(args(), 4, None) == 0 and not (ws == 5.0).all()
+    p = ws.data_ptr()
+    assert c.cake_rmsnorm_dw_finalize(0, p, 4, 64, dw.data_ptr(), 7, 0, None) != 0
+    assert c.cake_rmsnorm_dw_finalize(0, p, 0, 64, dw.data_ptr(), 2, 0, None) != 0
+    assert c.cake_rmsnorm_dw_finalize(0, p, 4, 64, dw.data_ptr(), 0, 1, None) != 0
+    assert (dw == 0).all()
 
 
 def _worker(rank, world, port, out):
@@ -90,6 +127,11 @@ def _worker(rank, world, port, out):
                 _, dw_local = cr.cake_rmsnorm_train_backward(g[s], x[s], w, rstd[s], g_residual=gr[s])
                 dist.all_reduce(dw_local)  # the usual sequence parallel, for comparison
                 result[f"{T}x{H}"] = (torch.equal(_bits(dw), _bits(dw_ref)), float((dw_local - dw_ref).abs().max()))
+            try:  # unequal rows: every rank raises, none waits in a collective
+                sp.sequence_parallel_backward(g[: 8 + rank], x[: 8 + rank], w, rstd[: 8 + rank])
+                result["unequal_rows_refused"] = False
+            except ValueError:
+                result["unequal_rows_refused"] = True
             if rank == 0:
                 torch.save(result, out)
             dist.barrier()
@@ -116,6 +158,8 @@ def test_gloo_processes_get_the_unsharded_dw(world, tmp_path):
     each rank's dw is not, in general: another tree)."""
     out = str(tmp_path / "sp.pt")
     mp.spawn(_worker, args=(world, _free_port(), out), nprocs=world, join=True)
-    for case, (bitwise, allreduce_err) in torch.load(out).items():
+    result = torch.load(out)
+    assert result.pop("unequal_rows_refused")
+    for case, (bitwise, allreduce_err) in result.items():
         assert bitwise, case
         assert allreduce_err < 1e-3, case

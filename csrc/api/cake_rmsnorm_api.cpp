@@ -170,7 +170,8 @@ namespace {
 cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks, void* stream) {
   if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
   const bool keep = given_chunks > 0;
-  if (keep && (a->dw != nullptr || a->rows < given_chunks || given_chunks > cake::kMaxGivenChunks))
+  if (keep && (a->dw != nullptr || a->accumulate_dw != 0 || a->dw_in_w_dtype != 0 || a->rows < given_chunks ||
+               given_chunks > cake::kMaxGivenChunks))
     return CAKE_ERR_INVALID_ARGUMENT;
   if (a->g_dtype_set != 0 && a->g_dtype_set != 1) return CAKE_ERR_INVALID_ARGUMENT;
   const cake_dtype_t gd = a->g_dtype_set ? a->g_dtype : a->x_dtype;
@@ -233,7 +234,7 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
     return a->dw != nullptr && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
   const cake_dtype_t xd = a->x_dtype;
   if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
-  if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) ||
+  if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) || !aligned16(a->dw) ||
       !stride_aligned(a->g_row_stride, gd) || !stride_aligned(a->x_row_stride, xd) ||
       !stride_aligned(a->dx_row_stride, xd) ||
       (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride, xd))))
@@ -270,7 +271,7 @@ cake_status_t finalize_call(cake_device_t device, cake_dtype_t dw_dtype, const c
   }
   if (device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
-  if (!aligned16(p.partials)) return CAKE_ERR_MISALIGNED;
+  if (!aligned16(p.partials) || !aligned16(p.dw)) return CAKE_ERR_MISALIGNED;
   if (!arch_built(call_sm())) return CAKE_ERR_ARCH;
   return cuda_status(cake::launch_dw_finalize(p, dw_dtype, stream));
 #else
@@ -294,8 +295,9 @@ cake_status_t cake_rmsnorm_backward_partials(const cake_rmsnorm_bwd_args* a, int
 
 cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const float* partials, int64_t chunks, int64_t hidden,
                                        void* dw, cake_dtype_t dw_dtype, int accumulate, void* stream) {
+  if (!cake::is_dtype(dw_dtype)) return CAKE_ERR_UNSUPPORTED;
   if (partials == nullptr || dw == nullptr || chunks < 1 || chunks > cake::kMaxGivenChunks ||
-      !cake::width_served(hidden) || !cake::is_dtype(dw_dtype) || (accumulate != 0 && accumulate != 1) ||
+      !cake::width_served(hidden) || (accumulate != 0 && accumulate != 1) ||
       (accumulate && dw_dtype != CAKE_DTYPE_FP32))
     return CAKE_ERR_INVALID_ARGUMENT;
   cake::BwdParams p{};

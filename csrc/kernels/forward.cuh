@@ -160,7 +160,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
 // the number of rows or the grid.
 // Loops other than the per-vector ones stay rolled and the row loop does no integer division:
 // at small T a warp's instruction chain is the kernel's latency (one warp a scheduler), so
-// every instruction on the hot path costs time (docs/perf/README.md, small-T measurements).
+// every instruction on the hot path costs time (docs/perf/runs/notebook.md, small-T measurements).
 // kSync kWarp: an instance for groups of at most a warp, with no barrier and no scratch.
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {

@@ -116,7 +116,7 @@ __device__ __forceinline__ float4 lds_vec4(uint32_t addr) {
   }
 }
 
-// LATE_W: w loaded at its use, after the row's sum (dispatch/plan.h, ArchTable::fp32_fwd_late_w_tpr).
+// LATE_W: w loaded at its use, after the row's sum (dispatch/programs.h, ArchTable::fp32_fwd_late_w_tpr).
 template <typename TY, typename WT, bool RES, int NV, bool LATE_W>
 __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
   __shared__ float scratch[32];

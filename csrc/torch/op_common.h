@@ -208,8 +208,8 @@ inline bool vec_ready(const Tensor& t, bool aligned) {
 struct VecSlot {
   Tensor user, buf;
   bool copy_back;
-  explicit VecSlot(const Tensor& t, bool preload = false)
-      : user(t), buf(t), copy_back(!vec_ready(t, false)) {
+  explicit VecSlot(const Tensor& t, bool preload = false, bool aligned = false)
+      : user(t), buf(t), copy_back(!vec_ready(t, aligned)) {
     if (copy_back) buf = preload ? dense_copy(t) : new_like(t, t.scalar_type());
   }
   void finish() {
@@ -301,7 +301,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
   if (g_residual_in) g_residual.emplace(*g_residual_in);
   OutSlot dx(dx_in);
   std::optional<VecSlot> dw;
-  if (dw_in) dw.emplace(*dw_in, accumulate);
+  if (dw_in) dw.emplace(*dw_in, accumulate, true);  // a one-row call stores dw 16 bytes at a time
 
   cake_rmsnorm_bwd_args a{};
   a.device = x_in.is_cuda() ? CAKE_DEVICE_CUDA : CAKE_DEVICE_CPU;

@@ -72,6 +72,9 @@ class Window(tuple):
         self.group = group
         return self
 
+    def __getnewargs__(self):  # copy and pickle
+        return (*self, self.group)
+
     above = property(lambda self: self[0])
     at_most = property(lambda self: self[1])
     program = property(lambda self: self[2])

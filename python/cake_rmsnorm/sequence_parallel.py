@@ -56,6 +56,12 @@ def _raise(status: int, what: str) -> None:
         raise RuntimeError(f"{what}: {_c.cake_rmsnorm_status_string(status).decode()}")
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """Contiguous and, on CUDA, 16-byte aligned (a view at an odd offset is copied)."""
+    t = t.contiguous()
+    return t.clone() if t.is_cuda and t.data_ptr() % 16 else t
+
+
 def _stream(t: torch.Tensor):
     return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream) if t.is_cuda else None
 
@@ -92,8 +98,8 @@ def backward_partials(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: t
     if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= min(rows, _MAX_CHUNKS):
         raise ValueError(f"chunks must be an int in [1, min(rows, {_MAX_CHUNKS})] = [1, {min(rows, _MAX_CHUNKS)}], "
                          f"got {chunks!r}")
-    x2, g2, w1, r1 = (t.contiguous() for t in (x.reshape(rows, hidden), g.reshape(rows, hidden), w, rstd.reshape(rows)))
-    gr2 = g_residual.reshape(rows, hidden).contiguous() if g_residual is not None else None
+    x2, g2, w1, r1 = (_dense(t) for t in (x.reshape(rows, hidden), g.reshape(rows, hidden), w, rstd.reshape(rows)))
+    gr2 = _dense(g_residual.reshape(rows, hidden)) if g_residual is not None else None
     dx = torch.empty_like(x2)
     partials = torch.empty(chunks, hidden, dtype=torch.float32, device=x.device)
     a = _BwdArgs(device=1 if x.is_cuda else 0, x_dtype=_DTYPE[x.dtype], w_dtype=_DTYPE[w.dtype], rows=rows,
@@ -113,6 +119,7 @@ def dw_from_partials(partials: torch.Tensor, *, dtype: torch.dtype = torch.float
     FP32, or ``dtype`` BF16/FP16 rounded once from the FP32 sum; ``accumulate`` adds into
     ``out`` (FP32 only)."""
     C.require_tensor(partials, "partials")
+    C.check_built_for(partials)
     if partials.dtype != torch.float32 or partials.dim() != 2:
         raise TypeError(f"partials must be a 2-D FP32 tensor [chunks, H], got {partials.dtype} {tuple(partials.shape)}")
     chunks, hidden = partials.shape
@@ -128,7 +135,7 @@ def dw_from_partials(partials: torch.Tensor, *, dtype: torch.dtype = torch.float
         C.require_tensor(out, "out")
         if out.shape != (hidden,) or out.dtype != dtype or out.device != partials.device or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous [{hidden}] {dtype} tensor on {partials.device}")
-    p = partials.contiguous()
+    p = _dense(partials)
     dw = out if out is not None else torch.empty(hidden, dtype=dtype, device=partials.device)
     with torch.cuda.device(p.device) if p.is_cuda else _nullcontext():
         _raise(_c.cake_rmsnorm_dw_finalize(1 if p.is_cuda else 0, p.data_ptr(), chunks, hidden, dw.data_ptr(),
@@ -139,14 +146,25 @@ def dw_from_partials(partials: torch.Tensor, *, dtype: torch.dtype = torch.float
 def sequence_parallel_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor, group=None, *,
                                g_residual: Optional[torch.Tensor] = None,
                                dw_dtype: torch.dtype = torch.float32) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The backward of this rank's slice of the sequence (rank r holds rows r*T/R up to the
-    next rank's) with the dw of the whole sequence, bitwise the single-process one: each rank's
-    chunk partials, an all-gather over ``group`` in rank order, and the finalize over all of
-    them. Returns (this rank's dx, the whole dw in ``dw_dtype``), the same dw on every rank."""
+    """The backward of this rank's slice of the sequence with the dw of the whole sequence,
+    bitwise the single-process one: each rank's chunk partials, an all-gather over ``group``
+    in rank order, and the finalize over all of them. ``x`` (and g, rstd, g_residual) are this
+    rank's rows as ``[T / R, H]``: rank r holds rows ``r*T/R`` up to the next rank's of the
+    sequence's ``[T, H]`` (shard the flattened rows, not a middle dimension). Returns (this
+    rank's dx, the whole dw in ``dw_dtype``), the same dw on every rank; every rank raises the
+    same ValueError where the ranks' row counts differ or do not divide the chunk count."""
     import torch.distributed as dist
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError("x must be this rank's rows as a 2-D [T / world_size, H] tensor, ranks holding "
+                         f"consecutive slices of the sequence's rows; got {getattr(x, 'shape', type(x))}")
     world = dist.get_world_size(group)
-    hidden = x.shape[-1]
-    rows = x.numel() // hidden
+    rows, hidden = x.shape
+    # Every rank learns the smallest and largest row count, so all raise or none does.
+    counts = torch.tensor([rows, -rows], dtype=torch.int64, device=x.device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
+    if int(counts[0]) != -int(counts[1]):
+        raise ValueError(f"every rank must hold the same number of rows; they hold {-int(counts[1])} to "
+                         f"{int(counts[0])}")
     chunks = chunks_per_rank(rows * world, hidden, world)
     dx, part = backward_partials(g, x, w, rstd, chunks, g_residual=g_residual)
     gathered = torch.empty(world * chunks, hidden, dtype=torch.float32, device=part.device)
