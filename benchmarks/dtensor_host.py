@@ -8,26 +8,17 @@ mostly DTensor's dispatch (sharding propagation, wrapping), so both are shown. O
 
 import argparse
 import os
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 import cake_rmsnorm as cr
+from cake_rmsnorm.bench.host import _time
 
 
 def per_call(fn, calls, repeats=7):
-    for _ in range(20):
-        fn()
-    runs = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        runs.append((time.perf_counter() - t) / calls * 1e6)
-    return statistics.median(runs)
+    return _time(fn, calls, repeats, lambda: None)  # bench --host's timed loop
 
 
 def main():

@@ -3,9 +3,7 @@
 one process training on the same global batch."""
 
 import os
-import socket
 import sys
-import traceback
 
 import pytest
 import torch
@@ -14,6 +12,7 @@ import torch.multiprocessing as mp
 
 import cake_rmsnorm as cr
 from conftest import HAS_CUDA
+from procs import free_port, run_rank
 
 H, STEPS, BATCH = 64, 3, 8
 
@@ -63,21 +62,6 @@ def _reference(device):
     return {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
 
 
-def _worker(rank, world, port, mode, device, out):
-    # Leaves through os._exit: interpreter teardown after gloo (its background threads) has
-    # been seen to abort a finished rank now and then, which says nothing about the kernels.
-    code = 1
-    try:
-        _train_rank(rank, world, port, mode, device, out)
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
 def _train_rank(rank, world, port, mode, device, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     backend = "nccl" if device == "cuda" else "gloo"
@@ -110,15 +94,9 @@ def _train_rank(rank, world, port, mode, device, out):
         dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(mode, device, world, tmp_path):
     out = str(tmp_path / f"{mode}.pt")
-    mp.spawn(_worker, args=(world, _free_port(), mode, device, out), nprocs=world, join=True)
+    mp.spawn(run_rank, args=(_train_rank, world, free_port(), mode, device, out), nprocs=world, join=True)
     got = torch.load(out)
     ref = _reference(device)
     for k in ref:
@@ -147,7 +125,7 @@ def test_multigpu_script_on_cpu_gloo(tmp_path):
     import subprocess
     script = os.path.join(os.path.dirname(__file__), "multigpu", "run_multigpu.py")
     out = tmp_path / "mg.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            script, "--device", "cpu", "--hidden", "128", "--seq", "64", "--steps", "3", "--sp-tokens", "2048",
            "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

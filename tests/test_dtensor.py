@@ -4,13 +4,14 @@ outputs' bits, dw is a Partial FP32 sum, a sharded feature dim or weight is gath
 a patched transformers Llama trains under a tensor + sequence parallel plan."""
 
 import os
-import socket
 import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from procs import free_port
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -245,10 +246,7 @@ def _worker(rank, port, out, case, world):
 def test_dtensor_ops_modules_and_models(case, world, tmp_path):
     """1d: the ops, the module and a patched Llama (each eager and compiled) on a 1-D tp mesh;
     fsdp_tp: a patched Llama under FSDP2 over a (dp 2, tp 2) mesh, 4 processes."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.spawn(_worker, args=(port, str(tmp_path), case, world), nprocs=world, join=False)
+    ctx = mp.spawn(_worker, args=(free_port(), str(tmp_path), case, world), nprocs=world, join=False)
     try:
         ctx.join(timeout=600)
     except mp.ProcessExitedException:

@@ -3,9 +3,6 @@ sequence_parallel): each rank's chunk partials, gathered in rank order, finalize
 process over emulated ranks, and on gloo with 2 and 4 processes."""
 
 import os
-import socket
-import sys
-import traceback
 
 import pytest
 import torch
@@ -15,6 +12,7 @@ import torch.multiprocessing as mp
 import cake_rmsnorm as cr
 from cake_rmsnorm import sequence_parallel as sp
 from conftest import devices
+from procs import free_port, run_rank
 from reference import make_rows, make_weight
 
 EPS = 1e-6
@@ -112,44 +110,29 @@ def test_c_api_refusals_write_nothing():
     assert (dw == 0).all()
 
 
-def _worker(rank, world, port, out):
-    code = 1
+def _rank(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        try:
-            result = {}
-            for T, H, act in ((2048, 128, torch.bfloat16), (1024, 1536, torch.float32)):
-                g, x, w, rstd, gr = _inputs(T, H, act, torch.float32, "cpu", seed=7, residual=True)
-                _, dw_ref = cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=gr)
-                s = slice(rank * T // world, (rank + 1) * T // world)
-                dx, dw = sp.sequence_parallel_backward(g[s], x[s], w, rstd[s], g_residual=gr[s])
-                _, dw_local = cr.cake_rmsnorm_train_backward(g[s], x[s], w, rstd[s], g_residual=gr[s])
-                dist.all_reduce(dw_local)  # the usual sequence parallel, for comparison
-                result[f"{T}x{H}"] = (torch.equal(_bits(dw), _bits(dw_ref)), float((dw_local - dw_ref).abs().max()))
-            try:  # unequal rows: every rank raises, none waits in a collective
-                sp.sequence_parallel_backward(g[: 8 + rank], x[: 8 + rank], w, rstd[: 8 + rank])
-                result["unequal_rows_refused"] = False
-            except ValueError:
-                result["unequal_rows_refused"] = True
-            if rank == 0:
-                torch.save(result, out)
-            dist.barrier()
-        finally:
-            dist.destroy_process_group()
-        code = 0
-    except BaseException:
-        traceback.print_exc()
+        result = {}
+        for T, H, act in ((2048, 128, torch.bfloat16), (1024, 1536, torch.float32)):
+            g, x, w, rstd, gr = _inputs(T, H, act, torch.float32, "cpu", seed=7, residual=True)
+            _, dw_ref = cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=gr)
+            s = slice(rank * T // world, (rank + 1) * T // world)
+            dx, dw = sp.sequence_parallel_backward(g[s], x[s], w, rstd[s], g_residual=gr[s])
+            _, dw_local = cr.cake_rmsnorm_train_backward(g[s], x[s], w, rstd[s], g_residual=gr[s])
+            dist.all_reduce(dw_local)  # the usual sequence parallel, for comparison
+            result[f"{T}x{H}"] = (torch.equal(_bits(dw), _bits(dw_ref)), float((dw_local - dw_ref).abs().max()))
+        try:  # unequal rows: every rank raises, none waits in a collective
+            sp.sequence_parallel_backward(g[: 8 + rank], x[: 8 + rank], w, rstd[: 8 + rank])
+            result["unequal_rows_refused"] = False
+        except ValueError:
+            result["unequal_rows_refused"] = True
+        if rank == 0:
+            torch.save(result, out)
+        dist.barrier()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -157,7 +140,7 @@ def test_gloo_processes_get_the_unsharded_dw(world, tmp_path):
     """Across processes: every rank's dw is the single-process dw bitwise (the all-reduce of
     each rank's dw is not, in general: another tree)."""
     out = str(tmp_path / "sp.pt")
-    mp.spawn(_worker, args=(world, _free_port(), out), nprocs=world, join=True)
+    mp.spawn(run_rank, args=(_rank, world, free_port(), out), nprocs=world, join=True)
     result = torch.load(out)
     assert result.pop("unequal_rows_refused")
     for case, (bitwise, allreduce_err) in result.items():

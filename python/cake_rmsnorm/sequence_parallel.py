@@ -15,17 +15,18 @@ These calls go through the C API directly (ctypes): they are eager-only helpers,
 torch.compile traces.
 """
 
+import contextlib
 import ctypes
 from typing import Optional, Tuple
 
 import torch
 
+from . import _DTYPE_CODES as _DTYPE  # cake_dtype_t codes
 from . import _checks as C
 from ._lib import _c
 
 __all__ = ["chunks_per_rank", "backward_partials", "dw_from_partials", "sequence_parallel_backward"]
 
-_DTYPE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 _MAX_CHUNKS = 4096  # programs.h, kMaxGivenChunks
 
 
@@ -108,7 +109,7 @@ def backward_partials(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: t
                  g_residual_row_stride=hidden, dx=dx.data_ptr(), dx_row_stride=hidden, dw=None,
                  workspace=partials.data_ptr(), workspace_bytes=partials.numel() * 4, max_ctas=0, accumulate_dw=0,
                  dw_in_w_dtype=0, g_dtype_set=1, g_dtype=_DTYPE[g.dtype])
-    with torch.cuda.device(x.device) if x.is_cuda else _nullcontext():
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         _raise(_c.cake_rmsnorm_backward_partials(ctypes.byref(a), chunks, _stream(x)), "backward_partials")
     return dx.view(x.shape), partials
 
@@ -137,7 +138,7 @@ def dw_from_partials(partials: torch.Tensor, *, dtype: torch.dtype = torch.float
             raise ValueError(f"out must be a contiguous [{hidden}] {dtype} tensor on {partials.device}")
     p = _dense(partials)
     dw = out if out is not None else torch.empty(hidden, dtype=dtype, device=partials.device)
-    with torch.cuda.device(p.device) if p.is_cuda else _nullcontext():
+    with torch.cuda.device(p.device) if p.is_cuda else contextlib.nullcontext():
         _raise(_c.cake_rmsnorm_dw_finalize(1 if p.is_cuda else 0, p.data_ptr(), chunks, hidden, dw.data_ptr(),
                                            _DTYPE[dtype], int(accumulate), _stream(p)), "dw_from_partials")
     return dw
@@ -170,11 +171,3 @@ def sequence_parallel_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor
     gathered = torch.empty(world * chunks, hidden, dtype=torch.float32, device=part.device)
     dist.all_gather_into_tensor(gathered, part, group=group)
     return dx, dw_from_partials(gathered, dtype=dw_dtype)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
