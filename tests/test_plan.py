@@ -197,3 +197,58 @@ def test_a_call_run_through_its_reported_plan_has_the_same_bits(H, gen):
             got = cr.cake_rmsnorm_train_backward(g, x, w, y_rstd[1])
         for a, b in zip(got, want):
             assert torch.equal(a, b), ("bwd", H, T)
+
+
+@pytest.mark.parametrize("route", cr.ROUTES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_plan_reports_its_launch(route, dtype):
+    """launch_plan serialises the Launch a call resolves to: the instance, a grid of every row's
+    group (the streaming and FP32 forwards) or of the chunks (capped at the resident CTAs only
+    where those are known), the CTA of the program's groups, and the finalize over dw's columns."""
+    fp32 = dtype == torch.float32
+    for H in (64, 512, 1024, 2048, 4096, 6144, 12288, 16384):
+        for T in (1, 7, 300, 4097, 70000):
+            p = cr.launch_plan(route, H, T, dtype=dtype, sm=90, sms=132)
+            launch, g = p["launch"], p["group"]
+            inst = launch["instance"]
+            assert launch["block"] == g["threads_per_row"] * g["groups_per_cta"], (route, H, T, p)
+            assert inst["x"] == str(dtype).split(".")[1] and inst["residual"] == route.endswith("residual")
+            assert inst["vectors"] == g["vectors_per_thread"]
+            if route.startswith("fwd"):
+                assert inst["family"] == ("fp32_fwd" if fp32 else f"fwd_{p['kernel']}")
+                rows_per_cta = g["groups_per_cta"] * g["rows_per_group"]
+                assert launch["grid"] == -(-T // rows_per_cta) and "finalize" not in launch
+                assert (inst["tpr"] != 0) == p["exact"]
+                continue
+            if "one_launch" in p:
+                assert inst["family"].startswith("bwd_one_launch") and "finalize" not in launch
+                assert launch["grid"] == sum(p["one_launch"].values()) and launch["dx_ctas"] == p["one_launch"]["dx_ctas"]
+                continue
+            cols, lanes = p["finalize"]
+            assert launch["finalize"] == {"grid": -(-H // cols), "block": cols * lanes}
+            groups = max(g["groups_per_cta"] // (2 if inst["pair"] else 1), 1)
+            per_cta = launch["block"] // 32 if p.get("warp_chunks") else groups
+            assert launch["grid"] == -(-p["chunks"] // per_cta), (route, H, T, p)  # no residency known: uncapped
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("route", cr.ROUTES)
+@pytest.mark.parametrize("dtype, wdtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
+                                           (torch.float32, torch.bfloat16)])
+def test_a_call_launches_the_plan_it_reports(route, dtype, wdtype, gen):
+    """What a call launched (last_launch) is the Launch launch_plan reports on the device: the
+    same instance, grid (capped at the resident CTAs), block, shared memory and finalize."""
+    from reference import make_rows, make_weight
+    for H in (64, 512, 1024, 1536, 2048, 4096, 6144, 12288):
+        if dtype == torch.float32 and H > 16384:
+            continue
+        w = make_weight(H, wdtype, "cuda", gen)
+        for T in (1, 2, 3, 64, 300, 4097, 20000):
+            x, r, g = (make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() for _ in range(3))
+            res = r if route.endswith("residual") else None
+            _, rstd, *_ = cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=res)
+            if route.startswith("bwd"):
+                cr.cake_rmsnorm_train_backward(g, x, w, rstd, g_residual=res)
+            got = cr.last_launch()
+            want = cr.launch_plan(route, H, T, dtype=dtype, weight_dtype=wdtype, out_dtype=dtype)
+            assert got["launch"] == want["launch"] and got["program"] == want["program"], (route, H, T, got, want)

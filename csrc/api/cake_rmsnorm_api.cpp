@@ -16,22 +16,13 @@
 #include "tuning.h"
 #if CAKE_WITH_CUDA
 #include "../kernels/fp32_width.h"
-#include "launch.h"
+#include "execute.h"
+#include "facts.h"
 #endif
 
 namespace {
 
 thread_local std::string g_last_cuda_error;
-// The architecture whose tables a call uses: the current device's; the CPU path has no device,
-// and takes sm_90's.
-[[maybe_unused]] int call_sm() {
-#if CAKE_WITH_CUDA
-  return cake::device_sm();
-#else
-  return 90;
-#endif
-}
-
 // The current device's architecture is one the library carries machine code for (sm_90a code
 // runs on sm_90 alone, and so on): else no kernel image would launch.
 [[maybe_unused]] bool arch_built(int sm) {
@@ -65,6 +56,14 @@ cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t 
   return CAKE_ERR_NO_CUDA;
 #endif
 }
+
+#if CAKE_WITH_CUDA
+// A call resolve refused: an overriding program the route cannot run, or one with no instance
+// (only a tuning hook's program can be either).
+cake_status_t resolve_status(cake::Resolved r) {
+  return r == cake::Resolved::kBadProgram ? CAKE_ERR_INVALID_ARGUMENT : cuda_status(cake::no_instance_error());
+}
+#endif
 
 // fn(x type, w type, y-or-g type) of the CPU kernels.
 template <typename Fn>
@@ -144,17 +143,15 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
       (res && (!aligned16(a->residual) || !aligned16(a->h_out) || !stride_aligned(a->residual_row_stride, xd) ||
                !stride_aligned(a->h_row_stride, xd))))
     return CAKE_ERR_MISALIGNED;
-  const int sm = call_sm();
-  if (!arch_built(sm)) return CAKE_ERR_ARCH;
-  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_forward(p, yd, a->w_dtype, sm, stream));
-  cake::Program prog;
-  if (!cake::program_for(res ? cake::Route::kFwdResidual : cake::Route::kFwd, p.hidden, p.rows, sm,
-                         cake::current_overrides(), &prog))
-    return CAKE_ERR_INVALID_ARGUMENT;
-  const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
-  const int code = a->x_dtype == CAKE_DTYPE_BF16 ? cake::launch_forward_bf16(p, w32, prog, sm, stream)
-                                                 : cake::launch_forward_fp16(p, w32, prog, sm, stream);
-  return cuda_status(code);
+  const cake::DeviceFacts facts = cake::current_device_facts();
+  if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
+  const cake::Call call{res ? cake::Route::kFwdResidual : cake::Route::kFwd, xd, yd, a->w_dtype, p.hidden, p.rows,
+                        0, false, false, 0};
+  cake::Launch launch;
+  const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
+  if (r != cake::Resolved::kOk) return resolve_status(r);
+  cake::record_launch(call, launch);
+  return cuda_status(cake::execute_forward(launch, p, stream));
 #else
   (void)stream;
   return CAKE_ERR_NO_CUDA;
@@ -239,19 +236,15 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
       !stride_aligned(a->dx_row_stride, xd) ||
       (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride, xd))))
     return CAKE_ERR_MISALIGNED;
-  const int sm = call_sm();
-  if (!arch_built(sm)) return CAKE_ERR_ARCH;
-  if (xd == CAKE_DTYPE_FP32) return cuda_status(cake::launch_fp32_backward(p, gd, a->w_dtype, sm, stream));
-  const cake::Overrides o = cake::current_overrides();
-  cake::Program prog;
-  if (!cake::program_for(res ? cake::Route::kBwdResidual : cake::Route::kBwd, p.hidden, p.rows, sm, o, &prog))
-    return CAKE_ERR_INVALID_ARGUMENT;
-  const bool w32 = a->w_dtype == CAKE_DTYPE_FP32;
-  const cake::BwdLimits lim = cake::limits_for(cake::arch_table(sm), o);
-  const int code = a->x_dtype == CAKE_DTYPE_BF16
-                       ? cake::launch_backward_bf16(p, w32, prog, a->max_ctas, lim, stream)
-                       : cake::launch_backward_fp16(p, w32, prog, a->max_ctas, lim, stream);
-  return cuda_status(code);
+  const cake::DeviceFacts facts = cake::current_device_facts();
+  if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
+  const cake::Call call{res ? cake::Route::kBwdResidual : cake::Route::kBwd, xd, gd, a->w_dtype, p.hidden, p.rows,
+                        p.chunks, a->dw != nullptr, dw16, a->max_ctas};
+  cake::Launch launch;
+  const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
+  if (r != cake::Resolved::kOk) return resolve_status(r);
+  cake::record_launch(call, launch);
+  return cuda_status(cake::execute_backward(launch, p, stream));
 #else
   (void)stream;
   return CAKE_ERR_NO_CUDA;
@@ -272,8 +265,10 @@ cake_status_t finalize_call(cake_device_t device, cake_dtype_t dw_dtype, const c
   if (device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
 #if CAKE_WITH_CUDA
   if (!aligned16(p.partials) || !aligned16(p.dw)) return CAKE_ERR_MISALIGNED;
-  if (!arch_built(call_sm())) return CAKE_ERR_ARCH;
-  return cuda_status(cake::launch_dw_finalize(p, dw_dtype, stream));
+  const cake::DeviceFacts facts = cake::current_device_facts();
+  if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
+  const cake::Launch launch = cake::resolve_finalize(p.chunks, p.hidden, dw_dtype, facts.sms);
+  return cuda_status(cake::execute_finalize(launch, p, stream));
 #else
   (void)stream;
   return CAKE_ERR_NO_CUDA;

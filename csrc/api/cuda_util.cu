@@ -5,7 +5,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "launch.h"
+#include "execute.h"
 #include "occupancy.h"
 
 namespace cake {

@@ -1,62 +1,65 @@
-// Launcher of the FP32-activation forward (kernels/fp32_rows.cuh): the call's plan
-// (dispatch/plan.h, plan_fp32_forward) mapped to its (y dtype, w dtype, residual, vectors a
-// thread, w load) instance. A file of its own, so it compiles beside the backward's.
-#include <cuda_runtime.h>
+// The FP32-activation forward's registry (kernels/fp32_rows.cuh): a key to its (y dtype,
+// w dtype, residual, float4 vectors a thread, w load) instance. A file of its own, so it
+// compiles beside the backward's.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
-#include "../dispatch/plan.h"
+#include <type_traits>
+
 #include "../kernels/fp32_rows.cuh"
-#include "launch.h"
+#include "registry.h"
 
 namespace cake {
 
 namespace {
 
+template <typename T>
+constexpr int code() {
+  return std::is_same<T, __nv_bfloat16>::value ? kBf16 : std::is_same<T, __half>::value ? kFp16 : kFp32;
+}
+
+template <typename TY, typename WT, bool RES, int NV, bool LATE_W>
+const void* fwd_instance() {
+  constexpr KernelKey key{Family::kFp32Fwd, kFp32, code<TY>(), code<WT>(), RES, NV, 0, 1,
+                          LATE_W ? WLoad::kAtUse : WLoad::kFirst, GroupSync::kNamed, false};
+  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_fwd_kernel<TY, WT, RES, NV, LATE_W>);
+  return nullptr;
+}
+
 template <typename TY, typename WT, bool RES, int NV>
-int fp32_forward_nv(const FwdParams& q, const Fp32Plan& plan, cudaStream_t s) {
-  const unsigned grid = static_cast<unsigned>(ceil_div(q.rows, plan.cta / plan.tpr));
-  if constexpr (NV > 2) {  // a 512-thread group holds the row in more than two vectors
-    if (plan.late_w) {
-      fp32_fwd_kernel<TY, WT, RES, NV, true><<<grid, plan.cta, 0, s>>>(q);
-      return static_cast<int>(cudaGetLastError());
-    }
-  }
-  fp32_fwd_kernel<TY, WT, RES, NV, false><<<grid, plan.cta, 0, s>>>(q);
-  return static_cast<int>(cudaGetLastError());
+const void* fwd_nv(const KernelKey& k) {
+  return k.wload == WLoad::kAtUse ? fwd_instance<TY, WT, RES, NV, true>() : fwd_instance<TY, WT, RES, NV, false>();
 }
 
 template <typename TY, typename WT, bool RES>
-int fp32_forward_res(const FwdParams& q, const Fp32Plan& plan, cudaStream_t s) {
-  switch (plan.nv) {
-    case 2: return fp32_forward_nv<TY, WT, RES, 2>(q, plan, s);
-    case 4: return fp32_forward_nv<TY, WT, RES, 4>(q, plan, s);
-    default: return fp32_forward_nv<TY, WT, RES, 8>(q, plan, s);
+const void* fwd_res(const KernelKey& k) {
+  switch (k.vectors) {
+    case 2: return fwd_nv<TY, WT, RES, 2>(k);
+    case 4: return fwd_nv<TY, WT, RES, 4>(k);
+    case 8: return fwd_nv<TY, WT, RES, 8>(k);
+    default: return nullptr;
   }
 }
 
 template <typename TY, typename WT>
-int fp32_forward_as(const FwdParams& p, const ArchTable& t, cudaStream_t s) {
-  const Fp32Plan plan = plan_fp32_forward(p.hidden, t);
-  FwdParams q = p;
-  q.tpr = plan.tpr;
-  return p.r != nullptr ? fp32_forward_res<TY, WT, true>(q, plan, s) : fp32_forward_res<TY, WT, false>(q, plan, s);
+const void* fwd_w(const KernelKey& k) {
+  return k.residual ? fwd_res<TY, WT, true>(k) : fwd_res<TY, WT, false>(k);
 }
 
-// dtype codes as cake_dtype_t: 0 BF16, 1 FP16, 2 FP32.
-template <typename A>
-int fwd_w(int w, const FwdParams& p, const ArchTable& t, cudaStream_t s) {
-  if (w == 0) return fp32_forward_as<A, __nv_bfloat16>(p, t, s);
-  if (w == 1) return fp32_forward_as<A, __half>(p, t, s);
-  return fp32_forward_as<A, float>(p, t, s);
+template <typename TY>
+const void* fwd_y(const KernelKey& k) {
+  if (k.w == kBf16) return fwd_w<TY, __nv_bfloat16>(k);
+  if (k.w == kFp16) return fwd_w<TY, __half>(k);
+  return fwd_w<TY, float>(k);
 }
 
 }  // namespace
 
-int launch_fp32_forward(const FwdParams& p, int y_dtype, int w_dtype, int sm, void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const ArchTable& t = arch_table(sm);
-  if (y_dtype == 0) return fwd_w<__nv_bfloat16>(w_dtype, p, t, s);
-  if (y_dtype == 1) return fwd_w<__half>(w_dtype, p, t, s);
-  return fwd_w<float>(w_dtype, p, t, s);
+const void* fp32_forward_kernel_of(const KernelKey& k) {
+  if (!compiled(k) || k.family != Family::kFp32Fwd) return nullptr;
+  if (k.y == kBf16) return fwd_y<__nv_bfloat16>(k);
+  if (k.y == kFp16) return fwd_y<__half>(k);
+  return fwd_y<float>(k);
 }
 
 }  // namespace cake

@@ -3,8 +3,12 @@
 
 #include <stdio.h>
 
-#include "../dispatch/overrides.h"
+#include "../dispatch/resolve.h"
 #include "dtypes.h"
+#include "facts.h"
+#if CAKE_WITH_CUDA
+#include "execute.h"
+#endif
 
 namespace {
 
@@ -31,92 +35,100 @@ extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, i
 
 namespace {
 
-
-// The backward's dw fields, common to both activation dtypes.
-void dw_fields(int64_t rows, int64_t hidden, int sms, cake_rmsnorm_plan* out) {
-  out->chunks = cake::backward_chunks(rows, hidden);
-  const cake::FinalizeShape f = cake::finalize_shape(static_cast<int>(out->chunks), static_cast<int>(hidden), sms);
-  out->finalize_cols = f.cols;
-  out->finalize_lanes = f.lanes;
-}
-
-int fp32_plan(cake::Route r, int64_t hidden, int64_t rows, int sm, int sms, int y_dtype, cake_rmsnorm_plan* out) {
-  if (!cake::fp32_width_ok(hidden)) return -1;
-  const int h = static_cast<int>(hidden);
-  const cake::ArchTable& t = cake::arch_table(sm);
-  const cake::Fp32Plan f = cake::is_forward(r) ? cake::plan_fp32_forward(h, t)
-                                               : cake::plan_fp32_backward(h, y_dtype == CAKE_DTYPE_FP32 ? 4 : 2,
-                                                                          cake::has_residual(r), t);
-  snprintf(out->program, sizeof(out->program), "fp32_t%dx%d_v%d_s%d", f.tpr, f.cta / f.tpr, f.nv, f.stages);
-  out->group = cake_rmsnorm_group{f.tpr, f.cta / f.tpr, f.nv, f.stages, 1};
-  out->warp_sync = f.tpr <= 32;
-  if (cake::is_forward(r)) {
-    out->streaming = 1;
-    out->w_load = f.late_w ? 2 : 0;
-  } else {
-    out->w_load = -1;
-    dw_fields(rows, hidden, sms, out);
+// A Launch as the plan fields: what the plan query reports and the last call recorded.
+void launch_fields(const cake::Call& c, const cake::Launch& l, cake_rmsnorm_plan* out) {
+  using cake::Family;
+  const cake::KernelKey& k = l.key;
+  const cake::Program& p = l.program;
+  if (c.x == CAKE_DTYPE_FP32)
+    snprintf(out->program, sizeof(out->program), "fp32_t%dx%d_v%d_s%d", p.tpr, p.cta / p.tpr, p.vpt, p.stages);
+  else
+    cake::program_name(p, out->program, sizeof(out->program));
+  out->group = group_of(p);
+  out->kernel = cake_rmsnorm_kernel{static_cast<int>(k.family), static_cast<cake_dtype_t>(k.x),
+                                    static_cast<cake_dtype_t>(k.y), static_cast<cake_dtype_t>(k.w), k.residual,
+                                    k.vectors, k.tpr, k.rows, static_cast<int>(k.wload),
+                                    k.sync == cake::GroupSync::kWarp, k.pair};
+  out->grid = l.grid;
+  out->block = l.block;
+  out->smem_bytes = static_cast<int64_t>(l.smem);
+  const bool streaming = k.family == Family::kFwdStream || k.family == Family::kFp32Fwd;
+  const bool one = k.family == Family::kBwdOne || k.family == Family::kBwdOneWide;
+  out->exact = k.tpr != 0 && (k.family == Family::kFwdStream || k.family == Family::kBwdRows || one);
+  if (cake::is_forward(c.route)) {
+    out->streaming = streaming;
+    out->warp_sync = c.x == CAKE_DTYPE_FP32 ? p.tpr <= 32 : k.sync == cake::GroupSync::kWarp;
+    out->w_load = streaming ? static_cast<int>(k.wload) : -1;
+    return;
   }
-  return 0;
+  out->w_load = -1;
+  out->warp_sync = c.x == CAKE_DTYPE_FP32 && p.tpr <= 32;
+  out->chunks = c.chunks;
+  out->one_launch = one;
+  out->dx_ctas = one ? l.dx_ctas : 0;
+  out->dw_ctas = one ? l.grid - l.dx_ctas : 0;
+  out->warp_chunks = k.family == Family::kBwdWarpChunks;
+  out->finalize = l.finalize;
+  out->finalize_cols = l.finalize ? l.fin.cols : 0;
+  out->finalize_lanes = l.finalize ? l.fin.lanes : 0;
+  out->finalize_grid = l.finalize ? l.fin_grid : 0;
+  if (!one && !out->warp_chunks && l.pair_twin.cta > 0) {
+    out->pair_min_resident = static_cast<int>(cake::pair_min_resident(l.pair_twin, c.chunks));
+    out->pair_cta = l.pair_twin.cta;
+  }
 }
+
+thread_local cake::Call g_last_call;
+thread_local cake::Launch g_last_launch;
+thread_local bool g_has_last = false;
 
 }  // namespace
+
+namespace cake {
+bool device_facts_here(DeviceFacts* out) {
+#if CAKE_WITH_CUDA
+  *out = current_device_facts();
+  return out->sm != 0;
+#else
+  (void)out;
+  return false;
+#endif
+}
+
+void record_launch(const Call& c, const Launch& l) {
+  g_last_call = c;
+  g_last_launch = l;
+  g_has_last = true;
+}
+}  // namespace cake
+
+extern "C" int cake_rmsnorm_last_launch(cake_rmsnorm_plan* out) {
+  if (out == nullptr || !g_has_last) return -1;
+  *out = cake_rmsnorm_plan{};
+  launch_fields(g_last_call, g_last_launch, out);
+  return 0;
+}
 
 extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
                                         cake_dtype_t x_dtype, cake_dtype_t w_dtype, cake_dtype_t y_dtype,
                                         cake_rmsnorm_plan* out) {
   cake::Route r;
-  cake::Window tmp[cake::kMaxWindows];
   if (!cake::parse_route(route, &r) || out == nullptr || rows < 0 || sms < 0 ||
-      !cake::dtypes_served(x_dtype, w_dtype, y_dtype) ||
-      cake::windows_for(r, hidden, sm, tmp, cake::kMaxWindows) < 0)
+      !cake::dtypes_served(x_dtype, w_dtype, y_dtype) || !cake::width_served(hidden) ||
+      (x_dtype == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(hidden)))
     return -1;
+  cake::DeviceFacts facts{sm, sms, nullptr};
+  if (sm == 0 && !cake::device_facts_here(&facts)) return -1;
+  cake::Window tmp[cake::kMaxWindows];
+  if (cake::windows_for(r, hidden, facts.sm, tmp, cake::kMaxWindows) < 0) return -1;
   *out = cake_rmsnorm_plan{};
-  out->table_measured = cake::arch_table(sm).measured;
-  if (x_dtype == CAKE_DTYPE_FP32) return fp32_plan(r, hidden, rows, sm, sms, y_dtype, out);
-  const bool w_fp32 = w_dtype == CAKE_DTYPE_FP32;
-  const int h = static_cast<int>(hidden);
+  out->table_measured = cake::arch_table(facts.sm).measured;
+  const bool fwd = cake::is_forward(r);
+  const cake::Call call{r, x_dtype, y_dtype, w_dtype, static_cast<int>(hidden), rows,
+                        fwd ? 0 : static_cast<int>(cake::backward_chunks(rows, hidden)), !fwd, false, 0};
+  cake::Launch l;
   const cake::Overrides none{};  // the plan of a call with no tuning hook set
-  cake::Program table;
-  cake::program_for(r, hidden, rows, sm, none, &table);
-  const bool res = cake::has_residual(r);
-  if (cake::is_forward(r)) {
-    const cake::FwdPlan f = cake::plan_forward(table, h, rows, w_fp32, res, cake::arch_table(sm));
-    if (f.program.stages == 0 && !cake::forward_stream_instance(f.wload, f.sync, w_fp32, res, f.program.vpt))
-      return -2;  // a plan with no compiled instance: the launcher would refuse it (plan.h)
-    cake::program_name(f.program, out->program, sizeof(out->program));
-    out->group = group_of(f.program);
-    out->streaming = f.program.stages == 0;
-    out->exact = f.exact;
-    out->warp_sync = f.sync == cake::GroupSync::kWarp;
-    out->w_load = f.program.stages != 0 ? -1 : static_cast<int>(f.wload);
-    return 0;
-  }
-  dw_fields(rows, hidden, sms, out);
-  const int c = static_cast<int>(out->chunks);
-  const int64_t q = c > 0 ? rows / c : 0;
-  const int rem = c > 0 ? static_cast<int>(rows % c) : 0;
-  const cake::ArchTable& t = cake::arch_table(sm);
-  // The launchers' plan, with dw wanted, no grid cap, and no residency known (so no pairs);
-  // the pair twin and the residency from which it runs are reported beside it.
-  const cake::BwdCall call{h, rows, c, q, rem, true, 0};
-  const cake::BwdPlan b = cake::plan_backward(table, call, cake::limits_for(t, none), sms,
-                                              [](const cake::Program&) { return int64_t(0); });
-  cake::program_name(b.program, out->program, sizeof(out->program));
-  out->group = group_of(b.program);
-  out->exact = b.exact;
-  out->w_load = -1;
-  if (b.one_launch) {
-    out->one_launch = 1;
-    out->dx_ctas = b.dx_ctas;
-    out->dw_ctas = b.dw_ctas;
-    return 0;
-  }
-  out->warp_chunks = b.warp_chunks;
-  cake::Program twin = table;
-  if (!b.warp_chunks && cake::pair_candidate(table, q, rem, &twin)) {
-    out->pair_min_resident = static_cast<int>(cake::pair_min_resident(twin, c));
-    out->pair_cta = twin.cta;
-  }
+  if (cake::resolve(call, facts, none, &l) != cake::Resolved::kOk) return -2;
+  launch_fields(call, l, out);
   return 0;
 }

@@ -8,16 +8,12 @@
 #include <stdint.h>
 
 #include "../kernels/fp32_width.h"
+#include "kernel_key.h"
 #include "programs.h"
 
 namespace cake {
 
 // ---- forward ----------------------------------------------------------------------------
-
-// Several rows a streaming group are compiled for the plain route with a 16-bit w, or an FP32 w
-// at up to 3 vectors a thread: 4 rows of x and an FP32 w at VPT 4 spill (24-32 bytes at 128
-// registers), and the residual route (not measured with several rows) doubles the loads held.
-constexpr bool multirow_instance(bool w_fp32, bool residual, int vpt) { return !residual && (!w_fp32 || vpt <= 3); }
 
 // A program of several rows a group with no instance for them runs the ring program of its row
 // group instead, with the same bits: with an FP32 w that ring measured faster than one row a
@@ -59,18 +55,6 @@ constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, b
   // Only the constant-width instances take several rows a group; any other runs one.
   if (!f.exact || !multirow_instance(w_fp32, residual, f.program.vpt)) f.program.group_rows = 1;
   return f;
-}
-
-// The streaming instances plan_forward can return, by (w load, sync, FP32 w, route, VPT): the
-// launcher compiles these and no others, and the plan query refuses a plan outside them
-// (tests/test_plan.py walks every plan of every table). kWarp runs w first; w at each use is the
-// plain route's FP32 w at VPT 6 and 8; w before the sum the plain route's other wide programs;
-// w first with named barriers the residual route's and an FP32 w's groups of two warps or more.
-constexpr bool forward_stream_instance(WLoad wload, GroupSync sync, bool w_fp32, bool residual, int vpt) {
-  if (sync == GroupSync::kWarp) return vpt <= 4 && wload == WLoad::kFirst;
-  if (wload == WLoad::kAtUse) return !residual && w_fp32 && vpt >= 6;
-  if (wload == WLoad::kBeforeSum) return !residual && !(w_fp32 && vpt >= 6);
-  return residual || (w_fp32 && vpt <= 4);
 }
 
 // ---- backward ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import torch
 
 from ._version import __version__
 from ._lib import SHIPPED_ARCHS, build_info, built_archs, library_path, ops, plan as _plan, windows as _windows
+from ._lib import last_launch as _last_launch
 from . import _checks as _C_checks
 from . import _registrations  # noqa: F401  (fakes of the ops)
 from .autograd import CakeRMSNormFunction, cake_rmsnorm
@@ -137,7 +138,11 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
         column), ``warp_chunks`` (True where narrow rows give each dw chunk a warp, the
         program's groups a row each) and, where the program has a row-pair twin, ``pairs``: its
         CTA and the resident CTAs of the pair kernel from which it runs (a device fact the
-        launcher queries). 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
+        launcher queries). ``launch`` is the Launch itself: the kernel ``instance`` (its family
+        and template arguments), ``grid``, ``block``, ``smem_bytes`` and, for the backward,
+        ``finalize`` (its grid and block). With neither ``sm`` nor ``sms`` given and a CUDA device
+        there, the device's resident CTAs cap the persistent grids as a call's are
+        (:func:`last_launch` reports what a call ran); otherwise they are uncapped. 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
         streaming group takes several rows); FP32 ones
         ``fp32_t{threads a row}x{rows a CTA}_v{float4 vectors a thread}_s{backward ring rows}``.
     """
@@ -163,6 +168,13 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
     if not fp32 and (weight_dtype not in (dtype, torch.float32) or out_dtype != dtype):
         raise TypeError(f"with {dtype} activations weight_dtype is {dtype} or torch.float32 and out_dtype {dtype}, "
                         f"got {weight_dtype} and {out_dtype}")
+    on_cuda = device is None or torch.device(device).type == "cuda"
+    if sm is None and sms is None and on_cuda and built_archs() and torch.cuda.is_available():
+        with torch.cuda.device(torch.device(device if device is not None else "cuda")):
+            out = _plan(route, hidden, tokens, 0, 0, _DTYPE_CODES[dtype], _DTYPE_CODES[weight_dtype],
+                        _DTYPE_CODES[out_dtype])
+        if out is not None:
+            return out
     if sm is None or sms is None:
         dev = torch.device(device if device is not None else "cuda")
         if sm is None:
@@ -178,6 +190,12 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
             raise ValueError(f"hidden must be at most 16384 with FP32 activations, got {hidden}")
         raise ValueError(f"sm must be one of {_ARCH_NAMES}, got {sm}")
     return out
+
+
+def last_launch():
+    """What this thread's last CUDA call ran: ``program``, ``group`` and ``launch`` as
+    :func:`launch_plan` reports them, or None before any CUDA call."""
+    return _last_launch()
 
 
 def get_include() -> str:
@@ -210,6 +228,7 @@ __all__ = [
     "saturating_workspace_rows",
     "program_windows",
     "launch_plan",
+    "last_launch",
     "built_archs",
     "build_info",
     "SHIPPED_ARCHS",

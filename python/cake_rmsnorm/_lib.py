@@ -96,15 +96,23 @@ _c.cake_rmsnorm_program_windows.restype = ctypes.c_int
 _c.cake_rmsnorm_program_windows.argtypes = [
     ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
 
+class _Kernel(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in ("family", "x_dtype", "y_dtype", "w_dtype", "residual", "vectors",
+                                                  "tpr", "rows", "w_load", "warp_sync", "pair")]
+
+
 class _Plan(ctypes.Structure):
     _fields_ = [("program", ctypes.c_char * 48), ("streaming", ctypes.c_int), ("exact", ctypes.c_int),
                 ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
                 ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
                 ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int), ("one_launch", ctypes.c_int),
                 ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64), ("warp_chunks", ctypes.c_int),
-                ("group", _Group)]
+                ("group", _Group), ("kernel", _Kernel), ("grid", ctypes.c_int64), ("block", ctypes.c_int),
+                ("smem_bytes", ctypes.c_int64), ("finalize", ctypes.c_int), ("finalize_grid", ctypes.c_int64)]
 
 
+_c.cake_rmsnorm_last_launch.restype = ctypes.c_int
+_c.cake_rmsnorm_last_launch.argtypes = [ctypes.POINTER(_Plan)]
 _c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
 _c.cake_rmsnorm_launch_plan.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
                                         ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Plan)]
@@ -207,11 +215,33 @@ def windows(route: str, hidden: int, sm: int) -> list:
 _W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
 
 
+# Kernel families and dtype codes as cake_rmsnorm_kernel spells them (dispatch/kernel_key.h).
+FAMILIES = ("fwd_ring", "fwd_streaming", "bwd_rows", "bwd_wide_rows", "bwd_one_launch", "bwd_one_launch_wide_rows",
+            "bwd_warp_chunks", "fp32_fwd", "fp32_bwd")
+_DTYPE_NAMES = ("bfloat16", "float16", "float32")
+
+
+def _launch(out):
+    """The instance, grid, block and shared memory of a plan's Launch."""
+    k = out.kernel
+    d = {"instance": {"family": FAMILIES[k.family], "x": _DTYPE_NAMES[k.x_dtype], "y": _DTYPE_NAMES[k.y_dtype],
+                      "w": _DTYPE_NAMES[k.w_dtype], "residual": bool(k.residual), "vectors": k.vectors,
+                      "tpr": k.tpr, "rows": k.rows, "w_load": _W_LOADS[k.w_load], "warp_sync": bool(k.warp_sync),
+                      "pair": bool(k.pair)},
+         "grid": out.grid, "block": out.block, "smem_bytes": out.smem_bytes}
+    if out.finalize:
+        d["finalize"] = {"grid": out.finalize_grid, "block": out.finalize_cols * out.finalize_lanes}
+    if out.one_launch:
+        d["dx_ctas"] = out.dx_ctas
+    return d
+
+
 def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_code: int, y_code: int):
-    """The launch plan as a dict (dtype codes as cake_dtype_t), or None when not served."""
+    """The launch plan as a dict (dtype codes as cake_dtype_t), or None when not served. sm 0: the
+    current CUDA device's facts, residency included."""
     out = _Plan()
     rc = _c.cake_rmsnorm_launch_plan(route.encode(), hidden, rows, sm, sms, x_code, w_code, y_code, ctypes.byref(out))
-    if rc == -2:  # never by design (dispatch/plan.h): a plan the library compiled no kernel for
+    if rc == -2:  # never by design (dispatch/resolve.h): a plan the library compiled no kernel for
         raise RuntimeError(f"launch_plan: the {route} plan for hidden {hidden}, {rows} rows on sm {sm} has no compiled kernel")
     if rc != 0:
         return None
@@ -229,4 +259,14 @@ def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_c
             d["warp_chunks"] = True
         if out.pair_cta:
             d["pairs"] = {"cta": out.pair_cta, "when_resident_ctas_at_least": out.pair_min_resident}
+    d["launch"] = _launch(out)
     return d
+
+
+def last_launch():
+    """The Launch of this thread's last CUDA call (launch_plan's "program", "group" and "launch"
+    fields), or None before any."""
+    out = _Plan()
+    if _c.cake_rmsnorm_last_launch(ctypes.byref(out)) != 0:
+        return None
+    return {"program": out.program.decode(), "group": out.group.as_dict(), "launch": _launch(out)}

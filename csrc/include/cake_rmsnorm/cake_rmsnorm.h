@@ -105,6 +105,21 @@ typedef struct {
   int rows_per_group;     /* rows a streaming group takes (1 otherwise) */
 } cake_rmsnorm_group;
 
+/* The kernel instance a launch runs, as its template arguments (dispatch/kernel_key.h). */
+typedef struct {
+  int family;     /* 0 forward ring, 1 forward streaming, 2 backward rows, 3 backward wide-row CTAs,
+                     4 backward one launch, 5 its wide-row CTAs, 6 backward warp chunks,
+                     7 FP32-activation forward, 8 FP32-activation backward */
+  cake_dtype_t x_dtype, y_dtype, w_dtype; /* y: y's (forward) or g's (backward) */
+  int residual;
+  int vectors;    /* 16-byte vectors a thread (float4 with FP32 activations) */
+  int tpr;        /* a constant-width instance's threads a row; 0: the runtime width's */
+  int rows;       /* rows a streaming group takes */
+  int w_load;     /* 0 with x, 1 after the sum of squares, 2 at each use */
+  int warp_sync;  /* 1: the instance for groups of at most a warp (no barrier) */
+  int pair;       /* 1: the backward's row-pair instance */
+} cake_rmsnorm_kernel;
+
 /* A token-count window (above, at_most] of a route and the program serving it. */
 typedef struct {
   int64_t above;
@@ -149,11 +164,14 @@ CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden);
 CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
                                           cake_rmsnorm_window* out, int capacity);
 
-/* What one launch runs (dispatch/plan.h): the plan the launchers resolve for `rows` rows of
+/* What one launch runs (dispatch/resolve.h): the Launch a call resolves to for `rows` rows of
  * `hidden` on `route`, activations of x_dtype, a weight of w_dtype and y (forward) or g
  * (backward) of y_dtype, on architecture `sm` with `sms` SMs (the finalize's shape depends on
- * it). Returns 0, -1 when the route, width or dtype combination is not served, or -2 when the
- * plan's kernel is not compiled into the library (none is, by design: the tests walk every plan). */
+ * it), dw wanted, no grid cap and no tuning hook. sm 0: the current CUDA device's architecture,
+ * SM count (sms is ignored) and resident CTAs, so the grids are those a call there launches.
+ * Returns 0, -1 when the route, width or dtype combination is not served (or sm 0 finds no
+ * device), or -2 when the plan's kernel is not compiled into the library (none is, by design:
+ * tests/cpp/keys_sweep.cpp walks every plan). */
 typedef struct {
   char program[48];      /* 16-bit x: as cake_rmsnorm_program_windows names it, _r<rows> where a
                             streaming group takes several rows; FP32 x: fp32_t<threads a row>x<rows
@@ -178,11 +196,22 @@ typedef struct {
   int warp_chunks;       /* backward: 1 where a warp takes each dw chunk, its row groups a row
                             each (narrow rows, chunks of many rows); the program's groups */
   cake_rmsnorm_group group; /* the program's row group and CTA, as numbers */
+  cake_rmsnorm_kernel kernel; /* the instance the launch runs */
+  int64_t grid;          /* its CTAs (a persistent grid is capped at the resident CTAs only where
+                            those are known: sm 0) */
+  int block;             /* threads a CTA */
+  int64_t smem_bytes;    /* dynamic shared memory a CTA */
+  int finalize;          /* backward: 1 where the dw finalize runs after it */
+  int64_t finalize_grid; /* its CTAs (threads a CTA: finalize_cols * finalize_lanes) */
 } cake_rmsnorm_plan;
 
 CAKE_API int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64_t rows, int sm, int sms,
                                       cake_dtype_t x_dtype, cake_dtype_t w_dtype, cake_dtype_t y_dtype,
                                       cake_rmsnorm_plan* out);
+/* The Launch of this thread's last CUDA forward or backward call, in launch_plan's fields
+ * (program, group, kernel, grid, block, smem_bytes, finalize, finalize_grid, finalize_cols,
+ * finalize_lanes, dx_ctas); returns 0, or -1 before any such call. */
+CAKE_API int cake_rmsnorm_last_launch(cake_rmsnorm_plan* out);
 
 /* The architectures this library carries machine code for, as a bit mask: bit i is the i-th
  * of CAKE_RMSNORM_SHIPPED_ARCHS (bit 0: sm_90a, bit 1: sm_100a, bit 2: sm_103a, bit 3:

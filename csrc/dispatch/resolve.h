@@ -1,0 +1,225 @@
+// A call's launch, resolved once: the program (windows.h, or an override), its plan (plan.h),
+// and from them the kernel instance (kernel_key.h), its grid, block and shared memory, the
+// parameters the kernel reads and the dw finalize after it. The C API resolves each call with
+// the device's facts and executes the Launch (api/execute.cu); the plan query resolves with given
+// facts. CUDA-free and torch-free.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernel_key.h"
+#include "overrides.h"
+#include "plan.h"
+
+namespace cake {
+
+// What resolve asks of the device: its architecture and SM count, and the CTAs of an instance
+// resident on it at a block and shared-memory size (0: unknown; then a persistent grid is not
+// capped and no row pair runs). Asking also makes the instance launchable with that shared
+// memory (api/execute.cu), so a launch needs no second query.
+struct DeviceFacts {
+  int sm;
+  int64_t sms;
+  int64_t (*resident)(const KernelKey& key, int block, size_t smem);  // null: unknown
+};
+
+struct Launch {
+  KernelKey key;
+  int64_t grid;
+  int block;
+  size_t smem;
+  bool smem_ready;    // resolve asked the instance's residency at this size (DeviceFacts::resident)
+  int tpr, stages;    // the kernel's parameters: threads a row, ring rows
+  int64_t dx_ctas;    // the one launch's row CTAs, before its column CTAs
+  bool finalize;      // the dw finalize runs after the kernel
+  FinalizeKey fin;
+  int64_t fin_grid;   // its CTAs (block: fin.cols * fin.lanes)
+  Program program;    // the program the grid runs (its row group and CTA)
+  Program pair_twin;  // the backward's row-pair twin, cta 0 where there is none
+};
+
+// A call as resolve sees it: the route, dtype codes (y: y's forward, g's backward), shape, and
+// for the backward the dw chunking (params.h), whether dw is finalized (not: no dw, or partials
+// kept for the caller) and the caller's grid cap (0: none).
+struct Call {
+  Route route;
+  int x, y, w;
+  int hidden;
+  int64_t rows;
+  int chunks;
+  bool finalize_dw;
+  bool dw_in_w_dtype;
+  int max_ctas;
+};
+
+enum class Resolved { kOk, kBadProgram, kNoInstance };
+
+// At most the resident CTAs (ctas_per_sm > 0: that many a SM) where known, at most max_ctas.
+constexpr int64_t persistent_grid(int64_t resident, int64_t sms, int ctas_per_sm, int64_t wanted,
+                                  int64_t max_ctas = 0) {
+  if (ctas_per_sm > 0 && resident > 0) resident = sms * ctas_per_sm;
+  if (resident > 0 && wanted > resident) wanted = resident;
+  if (max_ctas > 0 && wanted > max_ctas) wanted = max_ctas;
+  return wanted;
+}
+
+namespace detail {
+
+constexpr int64_t ask_resident(const DeviceFacts& d, const KernelKey& k, int block, size_t smem) {
+  return d.resident != nullptr ? d.resident(k, block, smem) : 0;
+}
+
+constexpr KernelKey key16(Family f, const Call& c, int vectors) {
+  return KernelKey{f, c.x, c.x, c.w, has_residual(c.route), vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false};
+}
+
+// The dw finalize over c.chunks partials: dw in FP32, or rounded once to a 16-bit weight's dtype.
+constexpr void set_finalize(const Call& c, int64_t sms, Launch* l) {
+  const FinalizeShape s = finalize_shape(c.chunks, c.hidden, sms);
+  l->finalize = c.finalize_dw;
+  l->fin = FinalizeKey{s.cols, s.lanes, c.dw_in_w_dtype && c.w != kFp32 ? c.w : kFp32};
+  l->fin_grid = ceil_div(c.hidden, s.cols);
+}
+
+inline Resolved forward16(const Call& c, const Program& table, const DeviceFacts& d, Launch* l) {
+  const bool w32 = c.w == kFp32, res = has_residual(c.route);
+  const FwdPlan f = plan_forward(table, c.hidden, c.rows, w32, res, arch_table(d.sm));
+  const Program& prog = f.program;
+  const int64_t rpc = prog.cta / prog.tpr;  // rows a CTA, a row a group
+  l->program = prog;
+  l->block = prog.cta;
+  l->tpr = prog.tpr;
+  l->stages = prog.stages;
+  KernelKey k = key16(Family::kFwdRing, c, prog.vpt);
+  k.sync = f.sync;
+  if (prog.stages != 0) {  // the ring kernel on a persistent grid
+    l->key = k;
+    l->smem = forward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
+    l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, prog.ctas_per_sm, ceil_div(c.rows, rpc));
+    l->smem_ready = true;
+    return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
+  }
+  // Streaming: a group a row (or group_rows rows), every row's group in the grid.
+  k.family = Family::kFwdStream;
+  k.wload = f.wload;
+  l->grid = ceil_div(c.rows, rpc);
+  if (l->grid > 0x7fffffff) return Resolved::kNoInstance;
+  if (f.exact) {  // the exact group's constant-width instance
+    k.tpr = prog.tpr;
+    if (prog.group_rows == kStreamRows && multirow_instance(w32, res, prog.vpt)) {
+      k.rows = kStreamRows;
+      l->grid = ceil_div(c.rows, rpc * kStreamRows);
+    }
+  }
+  l->key = k;
+  return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
+}
+
+// The backward's row kernel for a program (or its pair twin): the exact group's instance where
+// the plan says so, the wide rows' CTAs at VPT 4 past kMaxBwdThreads.
+constexpr KernelKey rows_key(const Call& c, const Program& p, bool exact, bool pair) {
+  KernelKey k = key16(Family::kBwdRows, c, p.vpt);
+  if (p.vpt == 4 && !pair && p.cta > kMaxBwdThreads) {
+    k.family = Family::kBwdWide;
+    return k;
+  }
+  k.pair = pair;
+  if (exact) k.tpr = p.tpr;
+  return k;
+}
+
+inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d,
+                           Launch* l) {
+  const bool res = has_residual(c.route);
+  const int64_t q = c.chunks > 0 ? c.rows / c.chunks : 0;
+  const int rem = c.chunks > 0 ? static_cast<int>(c.rows % c.chunks) : 0;
+  const BwdCall call{c.hidden, c.rows, c.chunks, q, rem, c.finalize_dw, c.max_ctas};
+  const int64_t sms = c.finalize_dw ? d.sms : 0;
+  const BwdPlan b = plan_backward(table, call, lim, sms, [&](const Program& twin) {
+    return ask_resident(d, rows_key(c, twin, backward_exact(twin, c.hidden, true), true), twin.cta,
+                        backward_smem_bytes(twin.cta, twin.vpt, twin.stages, res));
+  });
+  const Program& prog = b.program;
+  l->program = prog;
+  l->block = prog.cta;
+  l->tpr = prog.tpr;
+  l->stages = prog.stages;
+  pair_candidate(table, q, rem, &l->pair_twin);
+  if (b.one_launch) {  // dx by rows, then dw by columns, in one grid: no partials, no finalize
+    KernelKey k = rows_key(c, prog, b.exact, false);
+    k.family = k.family == Family::kBwdWide ? Family::kBwdOneWide : Family::kBwdOne;
+    l->key = k;
+    l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
+    l->dx_ctas = b.dx_ctas;
+    l->grid = b.dx_ctas + b.dw_ctas;
+    return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
+  }
+  set_finalize(c, sms, l);
+  if (b.warp_chunks) {  // a warp a chunk, its groups a row each; a batch's products a warp in shared memory
+    KernelKey k = key16(Family::kBwdWarpChunks, c, prog.vpt);
+    k.tpr = prog.tpr;
+    l->key = k;
+    l->smem = size_t(prog.cta / 32) * 32 * prog.vpt * 8 * sizeof(float);
+    l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, 0, ceil_div(c.chunks, prog.cta / 32),
+                              c.max_ctas);
+    l->smem_ready = true;
+    return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
+  }
+  const KernelKey k = rows_key(c, prog, b.exact, b.pair);
+  const int units = prog.cta / prog.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
+  l->key = k;
+  l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
+  l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, prog.ctas_per_sm,
+                            ceil_div(c.chunks, units), c.max_ctas);
+  l->smem_ready = true;
+  return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
+}
+
+inline Resolved fp32(const Call& c, const DeviceFacts& d, Launch* l) {
+  const ArchTable& t = arch_table(d.sm);
+  const bool res = has_residual(c.route);
+  const int g_bytes = c.y == kFp32 ? 4 : 2;
+  const bool fwd = is_forward(c.route);
+  const Fp32Plan f = fwd ? plan_fp32_forward(c.hidden, t) : plan_fp32_backward(c.hidden, g_bytes, res, t);
+  KernelKey k{fwd ? Family::kFp32Fwd : Family::kFp32Bwd, kFp32, c.y, c.w, res, f.nv, 0, 1, WLoad::kFirst,
+              GroupSync::kNamed, false};
+  if (f.late_w) k.wload = WLoad::kAtUse;
+  l->key = k;
+  l->program = Program{f.tpr, f.cta, f.nv, 0, f.stages};
+  l->block = f.cta;
+  l->tpr = f.tpr;
+  l->stages = f.stages;
+  if (fwd) {
+    l->grid = ceil_div(c.rows, f.cta / f.tpr);
+  } else {
+    l->smem = fp32_bwd_smem_bytes(f.cta, f.nv, f.stages, g_bytes, res);
+    l->grid = ceil_div(c.chunks, f.cta / f.tpr);
+    set_finalize(c, d.sms, l);
+  }
+  return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
+}
+
+}  // namespace detail
+
+// The one resolution of a call, with the overrides' program and limits in place of the tables'.
+inline Resolved resolve(const Call& c, const DeviceFacts& d, const Overrides& o, Launch* out) {
+  *out = Launch{};
+  if (c.x == kFp32) return detail::fp32(c, d, out);
+  Program table;
+  if (!program_for(c.route, c.hidden, c.rows, d.sm, o, &table)) return Resolved::kBadProgram;
+  if (is_forward(c.route)) return detail::forward16(c, table, d, out);
+  return detail::backward16(c, table, limits_for(arch_table(d.sm), o), d, out);
+}
+
+// The finalize of a caller's partials (cake_rmsnorm_dw_finalize), dw of dtype `out`.
+constexpr Launch resolve_finalize(int chunks, int hidden, int out, int64_t sms) {
+  Launch l{};
+  const FinalizeShape s = finalize_shape(chunks, hidden, sms);
+  l.finalize = true;
+  l.fin = FinalizeKey{s.cols, s.lanes, out};
+  l.fin_grid = ceil_div(hidden, s.cols);
+  return l;
+}
+
+}  // namespace cake
