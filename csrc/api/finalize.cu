@@ -12,7 +12,7 @@ namespace {
 
 template <typename OutT>
 const void* finalize_as(const FinalizeKey& f) {
-  if (f.lanes == kFinalizeLanesWide) return reinterpret_cast<const void*>(dw_finalize_kernel<8, kFinalizeLanesWide, OutT>);
+  if (f.lanes == kFinalizeLanesMany) return reinterpret_cast<const void*>(dw_finalize_kernel<8, kFinalizeLanesMany, OutT>);
   return f.cols == 8 ? reinterpret_cast<const void*>(dw_finalize_kernel<8, kFinalizeLanes, OutT>)
                      : reinterpret_cast<const void*>(dw_finalize_kernel<32, kFinalizeLanes, OutT>);
 }

@@ -40,7 +40,7 @@ cake_status_t cake_rmsnorm_set_program_override(int direction, int tpr, int cta,
     g_program[direction] = cake::Program{};
     return CAKE_OK;
   }
-  const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages, /*exact=*/true, rows};
+  const cake::Program p{tpr, cta, vpt, ctas_per_sm, stages, /*exact_instances=*/true, rows};
   // Route-independent checks now (the smaller, residual-free ring); the rest at each launch.
   if (!cake::program_valid(p, direction == 1, false)) return CAKE_ERR_INVALID_ARGUMENT;
   g_program[direction] = p;
@@ -60,7 +60,7 @@ cake_status_t cake_rmsnorm_set_warp_chunks(int min_chunk_rows) {
 }
 
 cake_status_t cake_rmsnorm_set_one_launch(int max_chunks) {
-  if (max_chunks < -1 || max_chunks >= cake::kFinalizeWideChunks) return CAKE_ERR_INVALID_ARGUMENT;
+  if (max_chunks < -1 || max_chunks >= cake::kFinalizeManyLanesChunks) return CAKE_ERR_INVALID_ARGUMENT;
   g_one_launch = max_chunks;
   return CAKE_OK;
 }

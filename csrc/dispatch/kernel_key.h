@@ -113,7 +113,7 @@ constexpr bool compiled(const KernelKey& k) {
 
 constexpr bool compiled(const FinalizeKey& f) {
   return keys::any_dtype(f.out) &&
-         ((f.lanes == kFinalizeLanes && (f.cols == 8 || f.cols == 32)) || (f.lanes == kFinalizeLanesWide && f.cols == 8));
+         ((f.lanes == kFinalizeLanes && (f.cols == 8 || f.cols == 32)) || (f.lanes == kFinalizeLanesMany && f.cols == 8));
 }
 
 }  // namespace cake

@@ -25,14 +25,14 @@ inline bool program_for(Route route, int64_t hidden, int64_t rows, int sm, const
   const bool backward = !is_forward(route);
   const Program& p = o.program[backward ? 1 : 0];
   *out = p.tpr == 0 ? select_program(route, hidden, rows, sm) : p;
-  out->exact = o.exact_groups;
-  return p.tpr == 0 || program_valid(p, backward, has_residual(route));
+  out->exact_instances = o.exact_groups;
+  return p.tpr == 0 || program_valid(p, backward, has_residual(route), arch_table(sm).smem_per_cta);
 }
 
 // The backward's one-launch and warp-chunk limits on architecture table `t`.
 constexpr BwdLimits limits_for(const ArchTable& t, const Overrides& o) {
   return BwdLimits{o.one_launch_chunks >= 0 ? o.one_launch_chunks : t.bwd_one_launch_chunks,
-                   o.warp_chunk_rows >= 0 ? o.warp_chunk_rows : t.bwd_warp_chunk_rows};
+                   o.warp_chunk_rows >= 0 ? o.warp_chunk_rows : t.bwd_warp_chunk_rows, t.bwd_warp_chunks_cta};
 }
 
 }  // namespace cake

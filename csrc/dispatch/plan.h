@@ -21,7 +21,7 @@ namespace cake {
 constexpr Program without_rows(Program prog, bool w_fp32, bool residual, const ArchTable& t = kSm90) {
   if (prog.group_rows == 1 || multirow_instance(w_fp32, residual, prog.vpt)) return prog;
   Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr, t), t.fwd_cta_cap, false, t);
-  ring.exact = prog.exact;
+  ring.exact_instances = prog.exact_instances;
   return ring;
 }
 
@@ -29,7 +29,7 @@ struct FwdPlan {
   Program program;  // what the grid runs (group_rows: the rows a streaming group takes)
   GroupSync sync;   // kWarp: groups of at most a warp with up to 4 vectors a thread
   WLoad wload;      // the streaming kernel's w load (the ring kernel holds w a CTA)
-  bool exact;       // the constant-width instance (streaming exact narrow groups)
+  bool constant_width;  // the constant-width instance (streaming exact narrow groups)
 };
 
 // Groups of at most a warp with up to 4 vectors a thread run the instance without barrier or
@@ -43,17 +43,17 @@ constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, b
   FwdPlan f{without_rows(table, w_fp32, residual, t), GroupSync::kNamed, WLoad::kFirst, false};
   if (f.program.vpt <= 4 && f.program.tpr <= 32) f.sync = GroupSync::kWarp;
   if (f.program.stages != 0) return f;  // the ring kernel
-  const bool wide_vpt = f.program.vpt >= 6;
-  const bool wide_group = f.program.tpr >= 64 && (!w_fp32 || rows * hidden >= t.fp32_w_late_elems);
-  if (!residual && wide_vpt && w_fp32) {
+  const bool many_vectors = f.program.vpt >= 6;
+  const bool multiwarp_group = f.program.tpr >= 64 && (!w_fp32 || rows * hidden >= t.fp32_w_late_elems);
+  if (!residual && many_vectors && w_fp32) {
     f.wload = WLoad::kAtUse;
-  } else if (!residual && (wide_vpt || wide_group)) {
+  } else if (!residual && (many_vectors || multiwarp_group)) {
     f.wload = WLoad::kBeforeSum;
   } else {
-    f.exact = f.sync == GroupSync::kWarp && f.program.exact && exact_cover(f.program.tpr, f.program.vpt, hidden);
+    f.constant_width = f.sync == GroupSync::kWarp && f.program.exact_instances && exact_cover(f.program.tpr, f.program.vpt, hidden);
   }
   // Only the constant-width instances take several rows a group; any other runs one.
-  if (!f.exact || !multirow_instance(w_fp32, residual, f.program.vpt)) f.program.group_rows = 1;
+  if (!f.constant_width || !multirow_instance(w_fp32, residual, f.program.vpt)) f.program.group_rows = 1;
   return f;
 }
 
@@ -61,21 +61,21 @@ constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, b
 
 // Columns a finalize CTA takes: 8 (256 threads) while that grid still fits one CTA a SM, so
 // narrow rows' partials are pulled by four times the SMs; 32 (1024 threads) otherwise; 128
-// lanes (from kFinalizeWideChunks chunks) take 8 columns, whose warps read whole 32-byte
+// lanes (from kFinalizeManyLanesChunks chunks) take 8 columns, whose warps read whole 32-byte
 // sectors of each chunk's row. Same bits either way. 8 columns past one CTA a SM measured
 // slower (docs/perf/dispatch.md#finalize-columns).
 struct FinalizeShape {
   int cols, lanes;
 };
 constexpr FinalizeShape finalize_shape(int chunks, int hidden, int64_t sms) {
-  if (finalize_lanes(chunks) == kFinalizeLanesWide) return FinalizeShape{8, kFinalizeLanesWide};
+  if (finalize_lanes(chunks) == kFinalizeLanesMany) return FinalizeShape{8, kFinalizeLanesMany};
   return FinalizeShape{sms > 0 && (hidden + 7) / 8 <= sms ? 8 : 32, kFinalizeLanes};
 }
 
 // Whether the backward's instance for `prog` is an exact group's (the same bits, no masks or
 // rest loops): 32-thread groups, paired or not, and 16-thread groups unpaired.
 constexpr bool backward_exact(const Program& prog, int hidden, bool pair) {
-  return prog.exact && exact_cover(prog.tpr, prog.vpt, hidden, true) && (prog.tpr == 32 || (!pair && prog.tpr == 16));
+  return prog.exact_instances && exact_cover(prog.tpr, prog.vpt, hidden, true) && (prog.tpr == 32 || (!pair && prog.tpr == 16));
 }
 
 // Row pairs (the kernel's PAIR), for chunks of at most two rows (small T) and groups of a warp
@@ -106,7 +106,7 @@ constexpr bool pair_fits(const Program& q, int chunks, int64_t resident) {
 // order (the same bits), so neither partials nor the finalize exist. A column lane sums
 // chunks / 32 chunks in a chain, which is why it stops at a few chunks (docs/perf/dispatch.md).
 constexpr bool one_launch_fits(int64_t rows, int chunks, int limit) {
-  return chunks > 0 && chunks <= limit && chunks < kFinalizeWideChunks && rows <= kRowsPerChunkMin * chunks;
+  return chunks > 0 && chunks <= limit && chunks < kFinalizeManyLanesChunks && rows <= kRowsPerChunkMin * chunks;
 }
 // Its grid: row CTAs of the table's groups, one row each, then column CTAs of one warp a
 // kDwColVecs vectors of columns; none for one row, whose group writes dw itself.
@@ -120,22 +120,20 @@ constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden, int64_t ro
 // a warp takes each chunk, its 32 / tpr groups a row each, instead of one group a chunk; the
 // same dx and dw bits.
 // The kernel is a compile-time width's, so the exact-groups hook's runtime-width runs
-// (Program::exact false) keep the row kernel.
+// (Program::exact_instances false) keep the row kernel.
 constexpr bool warp_chunks_fit(const Program& prog, int hidden, int64_t chunk_rows, int min_chunk_rows) {
-  return prog.exact && min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && warp_chunks_instance(prog.tpr, prog.vpt) &&
+  return prog.exact_instances && min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && warp_chunks_instance(prog.tpr, prog.vpt) &&
          hidden == prog.tpr * prog.vpt * 8;
 }
-// Its CTA: 8 warps (the row kernel's 256-thread cap).
-constexpr int kWarpChunksCta = 256;
 
 struct BwdPlan {
   Program program;  // the table's, or its pair twin (one launch: the table's with a one-row ring)
   bool pair;
-  bool exact;
+  bool constant_width;  // the exact group's constant-width instance
   FinalizeShape finalize;  // unused by the one launch
   bool one_launch;
   int64_t dx_ctas, dw_ctas;  // the one launch's grid: row CTAs, then column CTAs
-  bool warp_chunks;          // a warp a dw chunk (the program's tpr and VPT, kWarpChunksCta threads)
+  bool warp_chunks;          // a warp a dw chunk (the program's tpr and VPT, BwdLimits::warp_chunks_cta threads)
 };
 // The kernel choices beside the program, the architecture table's or the tuning hooks': the
 // one launch up to one_launch_chunks dw chunks (one_launch_fits), warp chunks from
@@ -143,6 +141,7 @@ struct BwdPlan {
 struct BwdLimits {
   int one_launch_chunks;
   int warp_chunk_rows;
+  int warp_chunks_cta;  // ArchTable::bwd_warp_chunks_cta
 };
 // A backward call as its plan sees it: the shape, the dw chunking (params.h), whether dw is
 // wanted and the caller's grid cap (0: none).
@@ -166,7 +165,7 @@ constexpr BwdPlan plan_backward(const Program& table, const BwdCall& c, const Bw
   const int one_launch_limit = c.want_dw && c.max_ctas == 0 ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
   if (one_launch_fits(c.rows, c.chunks, one_launch_limit)) {
     b.program.stages = 1;  // a group's one row: nothing to prefetch
-    b.exact = backward_exact(b.program, c.hidden, false);
+    b.constant_width = backward_exact(b.program, c.hidden, false);
     b.one_launch = true;
     b.dx_ctas = one_launch_dx_ctas(b.program, c.rows);
     b.dw_ctas = one_launch_dw_ctas(b.program, c.hidden, c.rows);
@@ -174,7 +173,7 @@ constexpr BwdPlan plan_backward(const Program& table, const BwdCall& c, const Bw
   }
   if (warp_chunks_fit(table, c.hidden, c.chunk_rows, lim.warp_chunk_rows)) {
     b.warp_chunks = true;
-    b.program.cta = kWarpChunksCta;
+    b.program.cta = lim.warp_chunks_cta;
     return b;
   }
   Program q = table;
@@ -182,7 +181,7 @@ constexpr BwdPlan plan_backward(const Program& table, const BwdCall& c, const Bw
     b.program = q;
     b.pair = true;
   }
-  b.exact = backward_exact(b.program, c.hidden, b.pair);
+  b.constant_width = backward_exact(b.program, c.hidden, b.pair);
   return b;
 }
 
@@ -201,7 +200,7 @@ constexpr Fp32Plan plan_fp32_forward(int hidden, const ArchTable& t = kSm90) {
 // g_bytes: the size of g's elements (y's dtype).
 constexpr Fp32Plan plan_fp32_backward(int hidden, int g_bytes, bool residual, const ArchTable& t = kSm90) {
   const int tpr = fp32_tpr(hidden, t.fp32_bwd_vectors), cta = fp32_cta(tpr, t.fp32_min_cta), nv = fp32_nv(hidden, tpr);
-  const int stages = fp32_bwd_smem_bytes(cta, nv, 2, g_bytes, residual) <= kMaxSmemPerCta ? 2 : 1;
+  const int stages = fp32_bwd_smem_bytes(cta, nv, 2, g_bytes, residual) <= t.smem_per_cta ? 2 : 1;
   return Fp32Plan{tpr, cta, nv, stages, false};
 }
 static_assert(plan_fp32_forward(6144).late_w && !plan_fp32_forward(4096).late_w && plan_fp32_forward(1024).nv == 4 &&
@@ -211,7 +210,7 @@ static_assert(plan_fp32_forward(6144).late_w && !plan_fp32_forward(4096).late_w 
 
 static_assert(plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).program.group_rows ==
                       kStreamRows &&
-                  plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).exact &&
+                  plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).constant_width &&
                   plan_forward(as_streaming(forward_program(6144)), 6144, 4096, false, false).wload == WLoad::kBeforeSum &&
                   plan_forward(as_streaming(forward_program(6144)), 6144, 4096, true, false).wload == WLoad::kAtUse &&
                   plan_forward(forward_program(2048), 2048, 65536, false, false).sync == GroupSync::kNamed,

@@ -102,6 +102,8 @@ struct ArchTable {
                                  // dispatch.md#one-launch)
   int bwd_warp_chunk_rows;       // ... and warp chunks for narrow rows from this many rows a chunk
                                  // (dispatch.md#warp-chunks)
+  int bwd_warp_chunks_cta;       // ... in CTAs of this many threads (the row kernel's cap)
+  size_t smem_per_cta;           // dynamic shared memory a CTA may opt into (rings shrink to fit)
   // FP32 activations (kernels/fp32_width.h, dispatch/plan.h):
   int fp32_fwd_vectors;     // float4 vectors a thread the forward's row group aims at (four
                             // measured faster than two; dispatch.md#fp32-vectors)
@@ -136,6 +138,8 @@ constexpr ArchTable sm90_table() {
   t.bwd_wide_above = 10240;
   t.bwd_one_launch_chunks = 64;
   t.bwd_warp_chunk_rows = 8;
+  t.bwd_warp_chunks_cta = 256;
+  t.smem_per_cta = kMaxSmemPerCta;
   t.fp32_fwd_vectors = 4;
   t.fp32_bwd_vectors = 2;
   t.fp32_min_cta = 128;
@@ -163,7 +167,7 @@ struct Program {
   int vpt;  // 16-byte vectors per thread held in the ring (an instantiated value)
   int ctas_per_sm = 0;  // persistent grid: CTAs per SM (0: as many as fit)
   int stages = 1;       // cp.async ring depth, 1..kMaxStages; 0: the streaming forward (no ring)
-  bool exact = true;    // an exact group's compile-time-width kernel where one exists (same bits)
+  bool exact_instances = true;  // an exact group runs its constant-width instance where one exists (same bits)
   int group_rows = 1;  // rows a row group takes in the streaming forward: 1, or kStreamRows (exact groups)
 };
 
@@ -183,7 +187,7 @@ constexpr bool group_rows_valid(int rows) { return rows == 1 || rows == kStreamR
 
 // Whether the kernels can run `p` on a route with (res) or without a residual stream (what a
 // tuning override must satisfy).
-constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
+constexpr bool program_valid(const Program& p, bool backward, bool res = true, size_t smem_limit = kMaxSmemPerCta) {
   // The backward's wide instance (params.h, kMaxBwdWideThreads) runs VPT 4 only, unpaired.
   const int max_threads = backward ? (p.vpt == 4 ? kMaxBwdWideThreads : kMaxBwdThreads) : kMaxFwdThreads;
   const bool pow2 = p.tpr > 0 && (p.tpr & (p.tpr - 1)) == 0;
@@ -194,7 +198,7 @@ constexpr bool program_valid(const Program& p, bool backward, bool res = true) {
   return vpt_instantiated(p.vpt, backward) && pow2 && p.tpr <= max_threads && p.cta % 32 == 0 &&
          p.cta % p.tpr == 0 && p.cta <= max_threads &&
          (p.tpr <= 32 || rpc < 16) &&  // named barriers 1..15
-         p.stages >= (backward ? 1 : 0) && p.stages <= kMaxStages && smem <= kMaxSmemPerCta && p.ctas_per_sm >= 0 &&
+         p.stages >= (backward ? 1 : 0) && p.stages <= kMaxStages && smem <= smem_limit && p.ctas_per_sm >= 0 &&
          group_rows_valid(p.group_rows) && (p.group_rows == 1 || (!backward && p.stages == 0));
 }
 
@@ -234,7 +238,7 @@ constexpr Program shaped(Program p, int max_groups, int cta_cap, bool backward, 
   p.stages = t.ring_stages;
   // Very wide rows: a single-row ring when two rows' vectors exceed shared memory.
   while (p.stages > 1 && (backward ? backward_smem_bytes(cta, p.vpt, p.stages, true)
-                                   : forward_smem_bytes(cta, p.vpt, p.stages, true)) > kMaxSmemPerCta)
+                                   : forward_smem_bytes(cta, p.vpt, p.stages, true)) > t.smem_per_cta)
     --p.stages;
   return p;
 }

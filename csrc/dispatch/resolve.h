@@ -105,7 +105,7 @@ inline Resolved forward16(const Call& c, const Program& table, const DeviceFacts
   k.wload = f.wload;
   l->grid = ceil_div(c.rows, rpc);
   if (l->grid > 0x7fffffff) return Resolved::kNoInstance;
-  if (f.exact) {  // the exact group's constant-width instance
+  if (f.constant_width) {
     k.tpr = prog.tpr;
     if (prog.group_rows == kStreamRows && multirow_instance(w32, res, prog.vpt)) {
       k.rows = kStreamRows;
@@ -118,14 +118,14 @@ inline Resolved forward16(const Call& c, const Program& table, const DeviceFacts
 
 // The backward's row kernel for a program (or its pair twin): the exact group's instance where
 // the plan says so, the wide rows' CTAs at VPT 4 past kMaxBwdThreads.
-constexpr KernelKey rows_key(const Call& c, const Program& p, bool exact, bool pair) {
+constexpr KernelKey rows_key(const Call& c, const Program& p, bool constant_width, bool pair) {
   KernelKey k = key16(Family::kBwdRows, c, p.vpt);
   if (p.vpt == 4 && !pair && p.cta > kMaxBwdThreads) {
     k.family = Family::kBwdWide;
     return k;
   }
   k.pair = pair;
-  if (exact) k.tpr = p.tpr;
+  if (constant_width) k.tpr = p.tpr;
   return k;
 }
 
@@ -147,7 +147,7 @@ inline Resolved backward16(const Call& c, const Program& table, const BwdLimits&
   l->stages = prog.stages;
   pair_candidate(table, q, rem, &l->pair_twin);
   if (b.one_launch) {  // dx by rows, then dw by columns, in one grid: no partials, no finalize
-    KernelKey k = rows_key(c, prog, b.exact, false);
+    KernelKey k = rows_key(c, prog, b.constant_width, false);
     k.family = k.family == Family::kBwdWide ? Family::kBwdOneWide : Family::kBwdOne;
     l->key = k;
     l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
@@ -166,7 +166,7 @@ inline Resolved backward16(const Call& c, const Program& table, const BwdLimits&
     l->smem_ready = true;
     return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
   }
-  const KernelKey k = rows_key(c, prog, b.exact, b.pair);
+  const KernelKey k = rows_key(c, prog, b.constant_width, b.pair);
   const int units = prog.cta / prog.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
   l->key = k;
   l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);

@@ -10,7 +10,7 @@
 
 namespace cake {
 
-// dw by columns, warp-wide: lane l sums chunks l, l + 32, ... (chunks < kFinalizeWideChunks:
+// dw by columns, warp-wide: lane l sums chunks l, l + 32, ... (chunks < kFinalizeManyLanesChunks:
 // 32 lanes a column), each chunk's rows in order in Kahan-compensated FP32 with the row
 // kernel's products (g * (x * rstd), rounded as there) and rounding (acc - comp: the chunk's
 // partial), the partials by Neumaier adds as dw_finalize_kernel's lane does, then the same xor

@@ -31,10 +31,10 @@ constexpr int kMaxStages = 8;
 // loads (at H 256 and 512 the whole finalize had at most 1 MB of loads in flight). A function
 // of the chunk count alone, so dw's bits stay a function of (T, H).
 constexpr int kFinalizeLanes = 32;
-constexpr int kFinalizeLanesWide = 128;
-constexpr int kFinalizeWideChunks = 1024;
+constexpr int kFinalizeLanesMany = 128;
+constexpr int kFinalizeManyLanesChunks = 1024;
 CAKE_HD constexpr int finalize_lanes(int chunks) {
-  return chunks >= kFinalizeWideChunks ? kFinalizeLanesWide : kFinalizeLanes;
+  return chunks >= kFinalizeManyLanesChunks ? kFinalizeLanesMany : kFinalizeLanes;
 }
 
 // Where the streaming forward loads w, chosen per launch (dispatch/plan.h); the bits are the
@@ -112,7 +112,7 @@ CAKE_HD constexpr size_t forward_smem_bytes(int cta, int vpt, int stages, bool r
 CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool res) {
   return size_t(stages) * cta * ((res ? 3 : 2) * vpt * 16 + 4);
 }
-constexpr size_t kMaxSmemPerCta = 227 * 1024;  // sm_90 / sm_100 opt-in limit
+constexpr size_t kMaxSmemPerCta = 227 * 1024;  // the largest opt-in of the shipped architectures (sm_90, sm_100)
 
 // First row of chunk c: floor(c * rows / chunks), balanced and a function of rows alone,
 // computed as c * q + floor(c * r / chunks) (q, r = rows / chunks, rows % chunks) so the

@@ -74,7 +74,7 @@ void finalize(const BwdParams& p) {
   // result is the tree that merges lane j + o into lane j for j < o.
   const int lanes = finalize_lanes(p.chunks);
   for (int i = 0; i < H; ++i) {
-    float s[kFinalizeLanesWide], c[kFinalizeLanesWide];
+    float s[kFinalizeLanesMany], c[kFinalizeLanesMany];
     for (int l = 0; l < lanes; ++l) s[l] = c[l] = 0.f;
     for (int k = 0; k < p.chunks; ++k)
       neumaier_add(s[k % lanes], c[k % lanes], p.partials[static_cast<int64_t>(k) * H + i]);
