@@ -59,7 +59,7 @@ cake_status_t check_types(cake_dtype_t x, cake_dtype_t w, int64_t rows, int64_t 
 
 #if CAKE_WITH_CUDA
 // A call resolve refused: an overriding program the route cannot run, or one with no instance
-// (only a tuning hook's program can be either).
+// (only a tuning hook's program can be either), or a grid too large to launch.
 cake_status_t resolve_status(cake::Resolved r) {
   return r == cake::Resolved::kBadProgram ? CAKE_ERR_INVALID_ARGUMENT : cuda_status(cake::no_instance_error());
 }
@@ -150,8 +150,9 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   cake::Launch launch;
   const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
   if (r != cake::Resolved::kOk) return resolve_status(r);
-  cake::record_launch(call, launch);
-  return cuda_status(cake::execute_forward(launch, p, stream));
+  const int code = cake::execute_forward(launch, p, stream);
+  if (code == 0) cake::record_launch(call, launch);
+  return cuda_status(code);
 #else
   (void)stream;
   return CAKE_ERR_NO_CUDA;
@@ -243,8 +244,9 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
   cake::Launch launch;
   const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
   if (r != cake::Resolved::kOk) return resolve_status(r);
-  cake::record_launch(call, launch);
-  return cuda_status(cake::execute_backward(launch, p, stream));
+  const int code = cake::execute_backward(launch, p, stream);
+  if (code == 0) cake::record_launch(call, launch);
+  return cuda_status(code);
 #else
   (void)stream;
   return CAKE_ERR_NO_CUDA;

@@ -29,10 +29,11 @@ int64_t resident_of(const KernelKey& k, int block, size_t smem) {
   return kernel != nullptr ? resident_ctas(kernel, block, smem) : 0;
 }
 
-// A launch's status, leaving no sticky error behind for the caller's next check.
+// A launch's status, or an error left pending before it, as a launch check after <<<>>> reads
+// it: none stays behind for the caller's next check.
 int checked(cudaError_t e) {
-  if (e != cudaSuccess) cudaGetLastError();
-  return static_cast<int>(e);
+  const cudaError_t pending = cudaGetLastError();
+  return static_cast<int>(e != cudaSuccess ? e : pending);
 }
 
 constexpr size_t kDefaultSmem = 48 * 1024;  // above it a kernel needs the opt-in limit raised

@@ -53,7 +53,8 @@ struct Call {
   int max_ctas;
 };
 
-enum class Resolved { kOk, kBadProgram, kNoInstance };
+// kGridTooLarge: a streaming grid past 2^31 - 1 CTAs (the launch would refuse it).
+enum class Resolved { kOk, kBadProgram, kNoInstance, kGridTooLarge };
 
 // At most the resident CTAs (ctas_per_sm > 0: that many a SM) where known, at most max_ctas.
 constexpr int64_t persistent_grid(int64_t resident, int64_t sms, int ctas_per_sm, int64_t wanted,
@@ -97,14 +98,14 @@ inline Resolved forward16(const Call& c, const Program& table, const DeviceFacts
     l->key = k;
     l->smem = forward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
     l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, prog.ctas_per_sm, ceil_div(c.rows, rpc));
-    l->smem_ready = true;
+    l->smem_ready = d.resident != nullptr;
     return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
   }
   // Streaming: a group a row (or group_rows rows), every row's group in the grid.
   k.family = Family::kFwdStream;
   k.wload = f.wload;
   l->grid = ceil_div(c.rows, rpc);
-  if (l->grid > 0x7fffffff) return Resolved::kNoInstance;
+  if (l->grid > 0x7fffffff) return Resolved::kGridTooLarge;
   if (f.constant_width) {
     k.tpr = prog.tpr;
     if (prog.group_rows == kStreamRows && multirow_instance(w32, res, prog.vpt)) {
@@ -163,7 +164,7 @@ inline Resolved backward16(const Call& c, const Program& table, const BwdLimits&
     l->smem = size_t(prog.cta / 32) * 32 * prog.vpt * 8 * sizeof(float);
     l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, 0, ceil_div(c.chunks, prog.cta / 32),
                               c.max_ctas);
-    l->smem_ready = true;
+    l->smem_ready = d.resident != nullptr;
     return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
   }
   const KernelKey k = rows_key(c, prog, b.constant_width, b.pair);
@@ -172,7 +173,7 @@ inline Resolved backward16(const Call& c, const Program& table, const BwdLimits&
   l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
   l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, prog.ctas_per_sm,
                             ceil_div(c.chunks, units), c.max_ctas);
-  l->smem_ready = true;
+  l->smem_ready = d.resident != nullptr;
   return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
 }
 
