@@ -84,6 +84,7 @@ def test_windows_cli_prints_plans(capsys):
     assert main(["windows", "--hidden", "512", "--sm", "90", "--sms", "132", "--plan", "256", "--route", "bwd"]) == 0
     out = capsys.readouterr().out
     assert "bwd H=512 T=256: general_t32x4_v2_s2" in out and "chunks 128" in out and "pairs" in out
+    assert "-> bwd_rows[v2, bfloat16 w, tpr 32] 32 x 128, smem" in out and "; finalize " in out
 
 
 def test_only_sm90_tables_are_measured():

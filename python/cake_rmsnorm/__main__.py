@@ -30,6 +30,18 @@ def windows_text(hidden, sm, routes=None):
     return "\n".join(lines)
 
 
+def _launch_text(launch):
+    """A Launch in a line: the instance's family and template arguments, grid x block, smem."""
+    i = launch["instance"]
+    args = [f"v{i['vectors']}", f"{i['w']} w"] + [k for k in ("residual", "warp_sync", "pair") if i[k]]
+    args += [f"tpr {i['tpr']}"] if i["tpr"] else []
+    args += [f"{i['rows']} rows"] if i["rows"] > 1 else []
+    text = f"{i['family']}[{', '.join(args)}] {launch['grid']} x {launch['block']}, smem {launch['smem_bytes']}"
+    if "finalize" in launch:
+        text += f"; finalize {launch['finalize']['grid']} x {launch['finalize']['block']}"
+    return text
+
+
 def plans_text(hidden, tokens, sm, sms, routes=None, weight_fp32=False, dtype="bf16"):
     """What each call runs (cake_rmsnorm.launch_plan), one line per width, route and T."""
     import cake_rmsnorm as cr
@@ -41,8 +53,8 @@ def plans_text(hidden, tokens, sm, sms, routes=None, weight_fp32=False, dtype="b
         for route in routes or cr.ROUTES:
             for t in tokens:
                 plan = cr.launch_plan(route, h, t, dtype=dt, weight_dtype=wd, sm=sm, sms=sms)
-                rest = ", ".join(f"{k} {v}" for k, v in plan.items() if k not in ("program", "group"))
-                lines.append(f"sm_{sm}a {route} H={h} T={t}: {plan['program']} ({rest})")
+                rest = ", ".join(f"{k} {v}" for k, v in plan.items() if k not in ("program", "group", "launch"))
+                lines.append(f"sm_{sm}a {route} H={h} T={t}: {plan['program']} ({rest}) -> {_launch_text(plan['launch'])}")
     return "\n".join(lines)
 
 
