@@ -1,7 +1,7 @@
 """Fingerprints of every output bit of the GPU ops over a grid of shapes: each program window's
 edges (program_windows), small T, pairs, and the chunk counts' steps, for BF16/FP16/FP32
 activations, both weight dtypes and both routes. A change to the dispatch layer or the
-launchers that claims "same bits" is checked by running this before and after it and diffing
+executor that claims "same bits" is checked by running this before and after it and diffing
 the two files (--compare).
 
     python benchmarks/bits_fingerprint.py --out before.json

@@ -93,8 +93,8 @@ def test_streaming_forward_matches_the_ring_kernel(H, T, residual, wdtype, gen):
                                b.view(torch.int16) if b.dtype != torch.float32 else b.view(torch.int32)), name
 
 
-# The forward's exact narrow groups (launch_forward.cuh, exact_group) at the widths they cover,
-# and the activation / weight dtypes their instances are compiled for.
+# The forward's exact narrow groups (dispatch/kernel_key.h, compiled; exact_group) at the widths
+# they cover, and the activation / weight dtypes their instances are compiled for.
 EXACT_NARROW_GROUPS = pytest.mark.parametrize("H,tpr,vpt", [(64, 4, 2), (128, 8, 2), (256, 8, 4), (256, 16, 2),
                                                          (512, 16, 4), (512, 32, 2),
                                                          (768, 32, 3), (1024, 32, 4)])
@@ -110,8 +110,9 @@ NARROW_DTYPES = pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.
 @NARROW_DTYPES
 def test_exact_narrow_groups_match_the_ring_kernel(H, tpr, vpt, residual, dtype, wdtype, gen):
     """The streaming kernel's exact narrow groups (a compile-time width whose vectors cover the
-    row: launch_forward.cuh, exact_group) have the bits of the ring kernel's runtime-width group
-    with the same tpr and VPT, for every CTA size; the rows past T's last CTA stay unwritten."""
+    row: dispatch/kernel_key.h, compiled; exact_group) have the bits of the ring kernel's
+    runtime-width group with the same tpr and VPT, for every CTA size; the rows past T's last
+    CTA stay unwritten."""
     T = 301
     x = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous()
     r = make_rows(T, H, dtype, "cuda", 1.0, None, 0, gen).contiguous() if residual else None

@@ -1,6 +1,6 @@
 // What the tuning hooks may change about a call, as one value, and the two places it meets the
-// tables: a call's program and the backward's limits. The C API, the launchers and the plan
-// query all go through these, the query with no overrides. CUDA-free and torch-free.
+// tables: a call's program and the backward's limits. resolve.h (every call, and the plan query
+// with no overrides) goes through these. CUDA-free and torch-free.
 #pragma once
 
 #include <stdint.h>

@@ -1,8 +1,8 @@
 // One launch's plan: everything about a call that is not its data, resolved from the window
-// tables (windows.h) and the call's shape, weight dtype and route. The launchers
-// (api/launch_*.cuh) only map a plan to its kernel instance and grid; the two device facts a
-// plan needs (the SM count, and a pair kernel's resident CTAs) are passed in. CUDA-free and
-// torch-free, so the C API's plan query (program_windows.cpp) prints what the launchers run.
+// tables (windows.h) and the call's shape, weight dtype and route. resolve.h maps a plan to its
+// kernel key and grid; the two device facts a plan needs (the SM count, and a pair kernel's
+// resident CTAs) are passed in. CUDA-free and torch-free, so the C API's plan query
+// (program_windows.cpp) reports what a call runs.
 #pragma once
 
 #include <stdint.h>

@@ -181,7 +181,7 @@ constexpr bool vpt_instantiated(int vpt, bool backward) {
 // Rows a row group of the streaming forward takes (Program::group_rows > 1): their loads issued
 // together, then each row's body in turn (forward.cuh, rmsnorm_fwd_stream_kernel). Compiled for
 // the exact narrow groups only; any other group streams one row a group, and a group without a
-// 4-row instance runs its ring program (launch_forward.cuh, without_rows): the same bits.
+// 4-row instance runs its ring program (plan.h, without_rows): the same bits.
 constexpr int kStreamRows = 4;
 constexpr bool group_rows_valid(int rows) { return rows == 1 || rows == kStreamRows; }
 

@@ -106,7 +106,7 @@ _DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 
 def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, weight_dtype=None, out_dtype=None,
                 sm: int = None, sms: int = None, device=None) -> dict:
-    """What one call runs: the plan the launchers resolve (``csrc/dispatch/plan.h``).
+    """What one call runs: the Launch a call resolves to (``csrc/dispatch/resolve.h``).
 
     Parameters
     ----------
