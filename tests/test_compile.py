@@ -1,7 +1,7 @@
 """Every entry point under torch.compile(fullgraph=True, dynamic=True): no graph break, at most
 one recompile across token counts, and the compiled results equal the eager ones bitwise (the
-same kernels run; graphs with a residual add next to a norm, which the fusion pass rewrites,
-are held to the FP64 result instead). eps is passed as a Python float, as an argument and as a module attribute,
+same kernels run; a residual add next to a norm, which the fusion pass rewrites, too; graphs
+that also give inductor BF16 arithmetic of its own are held to the FP64 result). eps is passed as a Python float, as an argument and as a module attribute,
 the way models call a norm (torch's default specialize_float=False makes it symbolic)."""
 
 import pytest
@@ -219,6 +219,46 @@ def test_residual_adds_fused(device, dtype, dynamic, gen):
         err_c = float((c.double() - ref).norm() / ref.norm())
         err_e = float((e.double() - ref).norm() / ref.norm())
         assert err_c <= _near_eager(err_e, dtype), (name, err_c, err_e)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fusion", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_norm_of_a_residual_add_has_eager_bits(device, fusion, dtype, gen, monkeypatch):
+    """norm(x + r) with a gradient into the sum as well (the residual stream), compiled with the
+    pass (the add fused into fwd_residual, the gradient add into the backward's g_residual) and
+    without it: every output and gradient is bitwise eager's. The residual route sums a row in
+    the plain route's order (tests/cpp/pairs_twins.cpp), and g_residual meets dx rounded to the
+    activation type, as eager's autograd adds the two."""
+    from torch._inductor import config
+    from cake_rmsnorm import _fusion
+    sizes = (96, 700) if device == "cpu" else (1, 96, 700, 5000)
+    if not fusion:
+        monkeypatch.setenv("CAKE_RMSNORM_COMPILE_FUSION", "0")  # the fake kernels install no pass
+    for h in (H, 1536, 6144) if device == "cuda" else (H, 1536):
+        w = make_weight(h, dtype, device, gen).requires_grad_()
+
+        def fn(x, r):
+            s = x + r
+            return cr.cake_rmsnorm(s, w, 1e-6), s
+
+        torch._dynamo.reset()
+        before = dict(_fusion.stats)
+        with _no_compile_caches(), config.patch(post_grad_custom_post_pass=config.post_grad_custom_post_pass
+                                                if fusion else None):
+            compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+            for t in sizes:
+                x, r, gy, gs = (make_rows(t, h, dtype, device, 1.0, None, 0, gen).contiguous() for _ in range(4))
+                runs = []
+                for f in (compiled, fn):
+                    leaves = [x.clone().requires_grad_(), r.clone().requires_grad_()]
+                    w.grad = None
+                    y, s = f(*leaves)
+                    torch.autograd.backward((y, s), (gy, gs))
+                    runs.append((y, s, leaves[0].grad, leaves[1].grad, w.grad))
+                for name, a, b in zip(("y", "sum", "dx", "dr", "dw"), *runs):
+                    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (h, t, name)
+        assert (_fusion.stats != before) == fusion
 
 
 @pytest.mark.parametrize("device", devices())

@@ -27,6 +27,29 @@ def test_invalid_programs_refused(args):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("vpt", [4, 6])
+def test_a_pairs_group_narrower_than_its_row_is_refused(vpt, gen):
+    """The forward's 4 and 6 vectors a thread sum even and odd vectors apart and hold the row
+    (kernels/forward.cuh, kPairs): a forced program that leaves a rest is refused on both
+    routes, and the caller's output is not written; VPT 8 keeps its rest loop."""
+    H = 32 * vpt * 8 * 2
+    x = make_rows(5, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
+    w = make_weight(H, torch.bfloat16, "cuda", gen)
+    y = torch.full_like(x, 7.0)
+    rstd = torch.full((5,), 7.0, device="cuda")
+    with program_override(FORWARD, 32, 128, vpt, stages=0):
+        with pytest.raises(ValueError):
+            torch.ops.cake_rmsnorm.fwd_out(x, w, 1e-6, y, rstd)
+        assert (y == 7).all() and (rstd == 7).all()
+        with pytest.raises(ValueError):
+            cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=x)
+    with program_override(FORWARD, 32, 128, 8, stages=0):
+        y2, _ = cr.cake_rmsnorm_train_forward(torch.cat([x, x], dim=1), torch.cat([w, w]), 1e-6)
+    assert torch.isfinite(y2.float()).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("H", [512, 2048, 6144])
 def test_candidates_are_correct(H, gen):
     T = 300

@@ -20,13 +20,15 @@ struct Overrides {
 };
 
 // The program a launch of `rows` rows on `route` uses on architecture `sm`; false if an
-// overriding program cannot run the route (its ring too large for the residual stream).
+// overriding program cannot run the route (its ring too large for the residual stream, or a
+// pairs group narrower than the row).
 inline bool program_for(Route route, int64_t hidden, int64_t rows, int sm, const Overrides& o, Program* out) {
   const bool backward = !is_forward(route);
   const Program& p = o.program[backward ? 1 : 0];
   *out = p.tpr == 0 ? select_program(route, hidden, rows, sm) : p;
   out->exact_instances = o.exact_groups;
-  return p.tpr == 0 || program_valid(p, backward, has_residual(route), arch_table(sm).smem_per_cta);
+  return p.tpr == 0 || (program_valid(p, backward, has_residual(route), arch_table(sm).smem_per_cta) &&
+                        holds_pairs_row(p, backward, hidden));
 }
 
 // The backward's one-launch and warp-chunk limits on architecture table `t`.

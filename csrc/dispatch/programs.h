@@ -273,6 +273,10 @@ constexpr Program forward_program(int hidden, bool residual = false, const ArchT
 constexpr bool holds_row(const Program& p, int hidden) {
   return int64_t(p.tpr) * p.vpt * 8 >= hidden;  // 8 16-bit elements a vector
 }
+// A forward group of pairs_vpt vectors a thread must hold its row (kernels/forward.cuh).
+constexpr bool holds_pairs_row(const Program& p, bool backward, int64_t hidden) {
+  return backward || !pairs_vpt(p.vpt) || int64_t(p.tpr) * p.vpt * 8 >= hidden;
+}
 constexpr bool can_stream(const Program& p, int hidden) { return p.vpt <= 4 && holds_row(p, hidden); }
 constexpr bool can_stream_vpt6(const Program& p, int hidden, bool residual) {
   return p.vpt == 6 && !residual && holds_row(p, hidden);
@@ -294,10 +298,10 @@ constexpr Program as_streaming(Program p) {
 }
 
 // The smallest T of the plain forward streams in a wider row group: VPT target 3 instead of 5,
-// twice the warps a row, up to the small streaming bounds of its own program. A row group of
-// its own: at this window's upper edge rstd may move by an ulp or two and y by one ulp on a
-// few rows (bounded in tests/test_determinism.py); within a window a row's outputs do not
-// depend on T (docs/perf/dispatch.md#small-t-group).
+// twice the warps a row, up to the small streaming bounds of its own program. Where it has a
+// window it is (2 tpr, VPT / 2) of the ring's (tpr, VPT), VPT 4 or 6 (tests/cpp/keys_sweep.cpp),
+// and sums a row in the ring's order (kernels/reduce.cuh, group_sum_pairs), so a row's outputs
+// do not depend on T (docs/perf/dispatch.md#small-t-group).
 constexpr Program forward_small_program(int hidden, const ArchTable& t = kSm90) {
   const Program g = row_group(hidden, t.fwd_small_vpt_target, kMaxFwdTpr, kFwdVpts, kNumFwdVpts);
   return as_streaming(shaped(g, forward_groups(g.tpr, t), t.fwd_cta_cap, false, t));

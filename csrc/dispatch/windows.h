@@ -4,10 +4,8 @@
 // smallest T (at every T where programs.h says so: H 768), then the ring program and its
 // streaming twins of one row group (their CTAs may differ), or, for the narrow exact rows
 // (H 128, 256, 512, 1024), the first window's group streaming several rows a group (H 64: its
-// streaming twin at every T). Within a
-// window a row's outputs do not depend on T; across the wider group's edge y and rstd may move
-// in the last bits
-// (tests/test_determinism.py bounds it); across every other edge they are bitwise identical.
+// streaming twin at every T). A row's outputs do not depend on T: the windows of one row group
+// share its order, and the wider group sums in the ring group's (tests/test_determinism.py).
 // Each architecture reads its tuning table (programs.h, ArchTable): sm_90a's is the H200's fit,
 // sm_100a/103a/107a's are copies of it marked unmeasured (nothing was timed there). CUDA-free and
 // torch-free.

@@ -35,15 +35,21 @@ __device__ __forceinline__ float gwxhat_sum(const float (&g)[kVec], const float 
 __device__ __forceinline__ float dx_value(float g, float w, float xhat, float mean, float rstd) {
   return __fmul_rn(rstd, __fmaf_rn(-mean, xhat, __fmul_rn(g, w)));
 }
+// g_residual meets dx rounded to the activation type, as eager's autograd adds the two
+// gradients, so a compiled graph whose pass fuses that add has eager's bits.
+template <typename T>
+__device__ __forceinline__ float plus_residual(float dx, float g_residual) {
+  return __fadd_rn(Pair<T>::rounded(dx), g_residual);
+}
 // One vector's dx (RES: d holds g_residual's on entry, added in) and dw products g * xhat.
-template <bool RES>
+template <typename T, bool RES>
 __device__ __forceinline__ void dx_and_products(const float (&g)[kVec], const float (&w)[kVec], const float (&x)[kVec],
                                                 float rstd, float mean, float (&d)[kVec], float (&prod)[kVec]) {
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const float xhat = __fmul_rn(x[j], rstd);
     const float val = dx_value(g[j], w[j], xhat, mean, rstd);
-    d[j] = RES ? __fadd_rn(val, d[j]) : val;
+    d[j] = RES ? plus_residual<T>(val, d[j]) : val;
     prod[j] = __fmul_rn(g[j], xhat);
   }
 }
@@ -236,7 +242,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         for (int j = 0; j < kVec; ++j) {
           const float xhat = __fmul_rn(xf[j], rstd);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-          d[j] = RES ? __fadd_rn(val, d[j]) : val;
+          d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);
           if (!hi) kahan_add_hot(acc[k][j], comp[k][j], prod[j]);
         }
@@ -266,7 +272,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         for (int j = 0; j < kVec; ++j) {
           const float xhat = __fmul_rn(xf[j], rstd);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
-          d[j] = RES ? __fadd_rn(val, d[j]) : val;
+          d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);  // one_row_dw's product: stored by a one-row call only
         }
         store16(dx + v * kVec, pack8<T>(d));

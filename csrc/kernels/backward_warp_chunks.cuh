@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_war
         unpack8<T, kBits>(cur.x[k], xf);
         if (RES) unpack8<T, kBits>(cur.r[k], d);
         wv[k].template get_here<kBits>(wf);
-        dx_and_products<RES>(gf, wf, xf, rstd, mean, d, prod);
+        dx_and_products<T, RES>(gf, wf, xf, rstd, mean, d, prod);
         if (row < end) store16(dx + v * kVec, pack8<T>(d));
         if (want_dw) {
           float4* s4 = reinterpret_cast<float4*>(sp + slot * kH + v * kVec);

@@ -57,12 +57,21 @@ constexpr int stream_min_ctas() {
 // kTpr > 0: an exact group of kTpr threads (<= 32) known at compile time, whose VPT vectors a
 // thread cover the row exactly (hidden == kTpr * VPT * 8): no masks, no rest loops, constant
 // offsets and a butterfly of log2(kTpr) steps, the same adds in the same order as the runtime
-// group's. The reduction order depends on (hidden, tpr, VPT) only, in both kernels.
+// group's. The reduction order depends on (hidden, tpr, VPT) only, in both kernels, and on the
+// plain route a group of (2 tpr, VPT / 2) meets that of (tpr, VPT) (kPairs below).
 template <typename T, typename WT, bool RES, int VPT, bool kRewiden, GroupSync kSync, int kTpr, typename RG,
           typename W, typename XVec, typename RVec>
 __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool valid, const RG& rg, GroupScratch& gs,
                                         W& w, XVec xvec, RVec rvec) {
   constexpr bool kExact = kTpr > 0;
+  // kPairs: 4 and 6 vectors a thread (pairs_vpt) sum even and odd vectors apart, in the order
+  // of a group of twice the threads and half the vectors (group_sum_pairs): the plain route's
+  // small-T group, and at some widths the other route's group, so a row's bits depend neither
+  // on T nor on the route. Such a group holds its row (program_for refuses others): no rest
+  // loop, past which the compiler sank one half's loads (a streaming row then waited for memory
+  // twice: 1.3x at VPT 6).
+  constexpr bool kPairs = pairs_vpt(VPT);
+  constexpr bool kRest = !kExact && !kPairs;
   // kLean (groups of at most a warp, BF16 activations and w: where it was measured): BF16
   // widened by bit operations, a power-of-two width's mean by its exact reciprocal, rstd
   // computed once. The same values. Other instances keep the previous code: there the lean
@@ -97,10 +106,19 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     for (int j = 0; j < kVec; ++j) f[j] *= f[j];
     part[k] = tree_sum(f);
   }
-  float ss = tree_sum(part);
+  float ss, even = 0.f;
+  if constexpr (kPairs) {  // even and odd vectors apart, in the small-T group's order
+    float e[VPT / 2], o[VPT / 2];
+#pragma unroll
+    for (int m = 0; m < VPT / 2; ++m) e[m] = part[2 * m], o[m] = part[2 * m + 1];
+    even = tree_sum(e);
+    ss = tree_sum(o);
+  } else {
+    ss = tree_sum(part);
+  }
   // Rows wider than VPT * tpr vectors: first pass over the rest (writes h_new).
 #pragma unroll 1
-  for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
+  for (int v = lane + VPT * tpr; kRest && valid && v < nvec; v += tpr) {
     float f[kVec];
     unpack8<T, kLean>(load16(x + v * kVec), f);
     if (RES) {
@@ -117,7 +135,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
     ss += tree_sum(f);
   }
   w.before_sum();
-  ss = group_sum<kSync>(ss, rg, gs);
+  ss = kPairs ? group_sum_pairs<kSync>(even, ss, rg, gs) : group_sum<kSync>(ss, rg, gs);
   const float mean = kLean ? row_mean(ss, hidden) : __fdiv_rn(ss, static_cast<float>(p.hidden));
   float rstd = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
   // One value for the store and the output: otherwise the compiler recomputes the division
@@ -139,7 +157,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
   }
   // Second pass over the rest: the same thread wrote h_new there, so it reads its own store.
 #pragma unroll 1
-  for (int v = lane + VPT * tpr; !kExact && valid && v < nvec; v += tpr) {
+  for (int v = lane + VPT * tpr; kRest && valid && v < nvec; v += tpr) {
     float f[kVec], wf[kVec];
     unpack8<T, kLean>(RES ? *reinterpret_cast<const uint4*>(h + v * kVec) : load16(x + v * kVec), f);
     WVec<WT> w2;

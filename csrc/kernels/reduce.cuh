@@ -66,6 +66,19 @@ __device__ __forceinline__ float xor_sum(float v, int width) {
 // group must call this together: callers keep row loops uniform and mask invalid rows instead.
 // The steps are unrolled with uniform guards (tpr is a runtime power of two): at small T the
 // warp's dependent chain is the kernel's latency, and a rolled loop doubled each step.
+// The cross-warp step of a group wider than a warp, once each warp's lanes hold its sum.
+template <typename RG>
+__device__ __forceinline__ float across_warps(float v, const RG& rg, GroupScratch& gs) {
+  const int tpr = rg.tpr;
+  const int warps = tpr >> 5;
+  const int lane = threadIdx.x & 31;
+  float* mine = gs.base + gs.half * 16 + rg.group * warps;
+  gs.half ^= 1;
+  if (lane == 0) mine[rg.lane >> 5] = v;
+  group_barrier(1 + rg.group, tpr);
+  return xor_sum<8>(mine[lane & (warps - 1)], warps);
+}
+
 template <GroupSync kSync = GroupSync::kNamed, typename RG>
 __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& gs) {
   if constexpr (RG::kWidth > 0) {  // a compile-time width: only its log2(width) butterfly steps
@@ -75,13 +88,28 @@ __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& 
   const int tpr = rg.tpr;
   v = xor_sum<16>(v, tpr);
   if (kSync == GroupSync::kWarp || tpr <= 32) return v;
-  const int warps = tpr >> 5;
-  const int lane = threadIdx.x & 31;
-  float* mine = gs.base + gs.half * 16 + rg.group * warps;
-  gs.half ^= 1;
-  if (lane == 0) mine[rg.lane >> 5] = v;
-  group_barrier(1 + rg.group, tpr);
-  return xor_sum<8>(mine[lane & (warps - 1)], warps);
+  return across_warps(v, rg, gs);
+}
+
+// group_sum of e + o, where e and o are the sums of a thread's even and odd vectors: in the
+// order of a group of twice the threads whose thread lane + j * tpr ... holds this thread's
+// even vectors and lane + tpr their odd ones (the plain forward's small-T group,
+// programs.h forward_small_program), so both groups give a row the same bits. That group's
+// first step pairs the two: its top lane bit (this group narrower than a warp: e + o first),
+// or its top warp bit, which comes after its lanes' butterfly (this group a warp or wider: each
+// half's lanes summed apart, then e + o, then this group's warps).
+template <GroupSync kSync = GroupSync::kNamed, typename RG>
+__device__ __forceinline__ float group_sum_pairs(float e, float o, const RG& rg, GroupScratch& gs) {
+  if constexpr (RG::kWidth > 0) {
+    static_assert(RG::kWidth <= 32 && kSync == GroupSync::kWarp, "compile-time widths are at most a warp");
+    if constexpr (RG::kWidth < 32) return xor_sum<RG::kWidth / 2>(e + o, RG::kWidth);
+    return xor_sum<16>(e, 32) + xor_sum<16>(o, 32);
+  }
+  const int tpr = rg.tpr;
+  if (tpr < 32) return xor_sum<16>(e + o, tpr);
+  const float v = xor_sum<16>(e, 32) + xor_sum<16>(o, 32);
+  if (kSync == GroupSync::kWarp || tpr == 32) return v;
+  return across_warps(v, rg, gs);
 }
 
 }  // namespace cake

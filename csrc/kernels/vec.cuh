@@ -21,6 +21,7 @@ struct Pair<__nv_bfloat16> {
     return __floats2bfloat162_rn(a, b);
   }
   static __device__ __forceinline__ __nv_bfloat16 from_float(float a) { return __float2bfloat16_rn(a); }
+  static __device__ __forceinline__ float rounded(float a) { return __bfloat162float(__float2bfloat16_rn(a)); }
 };
 template <>
 struct Pair<__half> {
@@ -30,6 +31,7 @@ struct Pair<__half> {
     return __floats2half2_rn(a, b);
   }
   static __device__ __forceinline__ __half from_float(float a) { return __float2half_rn(a); }
+  static __device__ __forceinline__ float rounded(float a) { return __half2float(__float2half_rn(a)); }
 };
 
 // Read-only loads go through the non-coherent path; stores are plain.

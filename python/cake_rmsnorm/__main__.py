@@ -4,16 +4,11 @@ import argparse
 import sys
 
 
-def _row_group(window):
-    """A row's reduction order: its group's threads and vectors a thread."""
-    return window.group["threads_per_row"], window.group["vectors_per_thread"]
-
-
 def windows_text(hidden, sm, routes=None):
-    """The dispatch windows of each width and route as text, each upper edge marked: `=` the
-    programs on both sides share a row group (a row's outputs are bitwise the same across it),
-    `~` they do not (the sum of squares is reduced in another order: rstd may move by an ulp or
-    two, y by one ulp; docs/perf/runs/h200-fwd-small-wide.md)."""
+    """The dispatch windows of each width and route as text, ` | ` between them. A row's outputs
+    are bitwise the same on both sides of every edge: windows that share a row group run one
+    order, and the plain forward's wider small-T group sums in its ring group's order
+    (docs/programs.md, "One order a width")."""
     import cake_rmsnorm as cr
     lines = []
     for h in hidden:
@@ -24,8 +19,7 @@ def windows_text(hidden, sm, routes=None):
             for i, (above, at_most, name) in enumerate(wins):
                 parts.append(f"({above}, inf) {name}" if at_most is None else f"({above}, {at_most}] {name}")
                 if i + 1 < len(wins):
-                    same = _row_group(wins[i]) == _row_group(wins[i + 1])
-                    parts.append("=" if same else "~")
+                    parts.append("|")
             lines.append(f"sm_{sm}a {route} H={h}: " + " ".join(parts))
     return "\n".join(lines)
 
@@ -95,7 +89,7 @@ def main(argv=None):
         print("usage: python -m cake_rmsnorm {bench,info,windows} [options]\n"
               "  bench    time forward / backward / step against the peers (see bench --help)\n"
               "  info     version, built architectures, device\n"
-              "  windows  the dispatch windows of some widths, each edge marked (see windows --help)")
+              "  windows  the dispatch windows of some widths (see windows --help)")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "bench":

@@ -9,11 +9,11 @@ adds to the kernels that already take them:
 
 - forward: ``fwd(add(a, b), w, eps)`` becomes ``fwd_residual(a, b, w, eps)``, whose ``h_new``
   replaces the add's other uses. ``h_new`` has the add's bits (one rounding of ``a + b``); y
-  is the residual route's normalisation of it, which at some widths (1536, 5120, 6144, ...)
-  may differ from the plain route's in the last bit (docs/python_api.md).
+  is the residual route's normalisation of it, which sums each row in the plain route's order,
+  so it has the eager graph's bits.
 - backward: ``add(dx, other)``, where the add is dx's only use, becomes the backward's
-  ``g_residual = other``: one rounding of the FP32 sum instead of two (so dx may differ from
-  the eager graph's in the last place, nearer to the exact value).
+  ``g_residual = other``, which meets dx rounded to the activation type: the eager graph's
+  two roundings, so its bits.
 
 Only adds of two tensors of one shape and dtype (no broadcast, no type promotion, no alpha)
 are taken; everything else is left as it was. The pass joins inductor's

@@ -118,7 +118,8 @@ void backward(const BwdParams& p) {
       const T* gr = p.gr != nullptr ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
       for (int i = 0; i < H; ++i) {
         float d = rstd * ((gf[i] * wf[i]) - mean * xh[i]);
-        if (gr != nullptr) d += T::to_float(gr[i]);
+        // g_residual meets dx rounded, as eager's autograd adds them (kernels/backward.cuh).
+        if (gr != nullptr) d = T::to_float(T::from_float(d)) + T::to_float(gr[i]);
         dx[i] = T::from_float(d);
         if (part != nullptr) kahan_add(part[i], comp[i], gf[i] * xh[i]);
       }
