@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "../dispatch/plan.h"
 #include "../dispatch/programs.h"
 #include "../dispatch/windows.h"
 #include "../kernels/cpu/rmsnorm_cpu.h"
@@ -98,6 +99,12 @@ size_t workspace_bytes(int64_t chunks, int64_t hidden) {
 
 }  // namespace
 
+// The CPU path sums a row in the GPU kernels' order (dispatch/plan.h, row_order_group).
+static cake::cpu::RowOrder cpu_order(int64_t hidden, bool backward, bool fp32) {
+  const cake::RowOrderGroup g = cake::row_order_group(hidden, backward, fp32);
+  return cake::cpu::RowOrder{g.tpr, g.vectors, g.pairs, g.fp32};
+}
+
 extern "C" {
 
 cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream) {
@@ -129,8 +136,9 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   p.eps = a->eps;
 
   if (a->device == CAKE_DEVICE_CPU) {
+    const cake::cpu::RowOrder order = cpu_order(a->hidden, false, a->x_dtype == CAKE_DTYPE_FP32);
     with_types(a->x_dtype, a->w_dtype, yd, [&](auto t, auto w, auto y) {
-      cake::cpu::forward<decltype(t), decltype(w), decltype(y)>(p);
+      cake::cpu::forward<decltype(t), decltype(w), decltype(y)>(p, order);
     });
     return CAKE_OK;
   }
@@ -221,8 +229,9 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
       if (a->dw != nullptr && !a->accumulate_dw) std::memset(a->dw, 0, dw_bytes);
       return CAKE_OK;
     }
+    const cake::cpu::RowOrder order = cpu_order(a->hidden, true, a->x_dtype == CAKE_DTYPE_FP32);
     with_types(a->x_dtype, a->w_dtype, gd, [&](auto t, auto w, auto g) {
-      cake::cpu::backward<decltype(t), decltype(w), decltype(g)>(p);
+      cake::cpu::backward<decltype(t), decltype(w), decltype(g)>(p, order);
     });
     return CAKE_OK;
   }

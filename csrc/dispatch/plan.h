@@ -208,6 +208,28 @@ static_assert(plan_fp32_forward(6144).late_w && !plan_fp32_forward(4096).late_w 
                   plan_fp32_backward(16384, 2, true).stages == 1 && plan_fp32_backward(16384, 2, false).stages == 2,
               "FP32 plans at the measured widths");
 
+// ---- A width's order of a row's sums ------------------------------------------------------
+
+// The row group whose order every GPU program of a width follows for a row's sums (rstd, the
+// backward's mean(g*w*xhat)); the CPU path computes it (kernels/cpu/row_order.h). The forward:
+// the plain route's ring group, whose order the small-T group and the residual route's group
+// share (kPairs; tests/cpp/pairs_twins.cpp); the backward: its one group a width; FP32
+// activations: their groups. Rows past what the GPU serves (FP32 wider than 16384) keep the
+// widest group with more vectors a thread. The shipped tables are sm_90a's copies: one order.
+struct RowOrderGroup {
+  int tpr, vectors;
+  bool pairs, fp32;
+};
+constexpr RowOrderGroup row_order_group(int64_t hidden, bool backward, bool fp32, const ArchTable& t = kSm90) {
+  if (fp32) {
+    const int tpr = fp32_tpr(static_cast<int>(hidden), backward ? t.fp32_bwd_vectors : t.fp32_fwd_vectors);
+    const int need = static_cast<int>((hidden / 4 + tpr - 1) / tpr), nv = fp32_nv(static_cast<int>(hidden), tpr);
+    return RowOrderGroup{tpr, need > nv ? need : nv, false, true};
+  }
+  const Program p = backward ? backward_program(static_cast<int>(hidden), t) : forward_program(static_cast<int>(hidden), false, t);
+  return RowOrderGroup{p.tpr, p.vpt, !backward && pairs_vpt(p.vpt), false};
+}
+
 static_assert(plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).program.group_rows ==
                       kStreamRows &&
                   plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).constant_width &&

@@ -1,6 +1,7 @@
-// CPU forward and backward with the CUDA kernels' semantics: FP32 statistics, IEEE
-// arithmetic, the same chunked dw partials and chunk-order compensated finalize. Single
-// threaded, so trivially deterministic. Torch-free.
+// CPU forward and backward with the CUDA kernels' semantics and bits: FP32 statistics, IEEE
+// arithmetic, each row's sums in the kernels' order (row_order.h), the same chunked dw
+// partials and chunk-order compensated finalize. Single threaded, so trivially deterministic.
+// Torch-free.
 #pragma once
 
 #include <cmath>
@@ -9,26 +10,10 @@
 #include "../compensated.h"
 #include "../params.h"
 #include "numeric.h"
+#include "row_order.h"
 
 namespace cake {
 namespace cpu {
-
-// Sum in 16 interleaved Kahan-compensated lanes, then a fixed pairwise tree of the
-// compensated pairs: plain lanes carried an error chain of n / 16 adds, which at H = 2^20 put
-// rstd 2.4e-5 off (rel-L2, contract 1e-5) and dw, through rstd, behind the eager FP32 sum from
-// H 8192. Fixed order: a row's result is a function of the row alone.
-inline float lane_sum(const float* v, int n) {
-  float lanes[16] = {0.f}, comp[16] = {0.f};
-  for (int i = 0; i < n; ++i) kahan_add(lanes[i & 15], comp[i & 15], v[i]);
-  float s[16], c[16];
-  for (int j = 0; j < 16; ++j) {
-    s[j] = lanes[j];
-    c[j] = -comp[j];  // Kahan's c holds the negated error; Neumaier's the error itself
-  }
-  for (int w = 8; w > 0; w >>= 1)
-    for (int j = 0; j < w; ++j) neumaier_merge(s[j], c[j], s[j + w], c[j + w]);
-  return s[0] + c[0];
-}
 
 template <typename W>
 inline void load_weight(const void* w, int n, std::vector<float>& out) {
@@ -38,10 +23,12 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
 }
 
 // T: x, residual and h_new; W: w; TY: y (T, or the 16-bit compute dtype of FP32 activations).
+// `order`: the row group whose sums the GPU kernels run (row_order.h).
 template <typename T, typename W, typename TY = T>
-void forward(const FwdParams& p) {
+void forward(const FwdParams& p, const RowOrder& order) {
   const int H = p.hidden;
-  std::vector<float> wf, h(H), sq(H);
+  std::vector<float> wf, h(H);
+  RowSum row_sum;
   load_weight<W>(p.w, H, wf);
   for (int64_t row = 0; row < p.rows; ++row) {
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
@@ -54,8 +41,9 @@ void forward(const FwdParams& p) {
         h[i] = T::to_float(hout[i]);
       }
     }
-    for (int i = 0; i < H; ++i) sq[i] = h[i] * h[i];
-    const float mean = lane_sum(sq.data(), H) / static_cast<float>(H);
+    const float ss = order.fp32 ? row_sum(order, H / 4, [&](int v) { return squares4(&h[4 * v]); })
+                                : row_sum(order, H / 8, [&](int v) { return squares8(&h[8 * v]); });
+    const float mean = ss / static_cast<float>(H);
     const float rstd = 1.f / std::sqrt(mean + p.eps);
     p.rstd[row] = rstd;
     TY* y = static_cast<TY*>(p.y) + row * p.y_stride;
@@ -95,9 +83,10 @@ void finalize(const BwdParams& p) {
 
 // T: x, dx and g_residual; W: w; TG: g (y's dtype).
 template <typename T, typename W, typename TG = T>
-void backward(const BwdParams& p) {
+void backward(const BwdParams& p, const RowOrder& order) {
   const int H = p.hidden;
-  std::vector<float> wf, gf(H), xh(H), term(H), comp(H);
+  std::vector<float> wf, gf(H), xf(H), xh(H), comp(H);
+  RowSum row_sum;
   load_weight<W>(p.w, H, wf);
   for (int c = 0; c < p.chunks; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
@@ -110,14 +99,18 @@ void backward(const BwdParams& p) {
       const float rstd = p.rstd[row];
       for (int i = 0; i < H; ++i) {
         gf[i] = TG::to_float(g[i]);
-        xh[i] = T::to_float(x[i]) * rstd;
-        term[i] = (gf[i] * wf[i]) * xh[i];
+        xf[i] = T::to_float(x[i]);
+        xh[i] = xf[i] * rstd;
       }
-      const float mean = lane_sum(term.data(), H) / static_cast<float>(H);
+      const float dot =
+          order.fp32 ? row_sum(order, H / 4, [&](int v) { return gwxhat4(&gf[4 * v], &wf[4 * v], &xf[4 * v], rstd); })
+                     : row_sum(order, H / 8, [&](int v) { return gwxhat8(&gf[8 * v], &wf[8 * v], &xf[8 * v], rstd); });
+      const float mean = dot / static_cast<float>(H);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
       const T* gr = p.gr != nullptr ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
       for (int i = 0; i < H; ++i) {
-        float d = rstd * ((gf[i] * wf[i]) - mean * xh[i]);
+        // dx's roundings as the kernels': backward.cuh's dx_value, fp32_rows.cuh's.
+        float d = order.fp32 ? rstd * ((gf[i] * wf[i]) - mean * xh[i]) : rstd * std::fma(-mean, xh[i], gf[i] * wf[i]);
         // g_residual meets dx rounded, as eager's autograd adds them (kernels/backward.cuh).
         if (gr != nullptr) d = T::to_float(T::from_float(d)) + T::to_float(gr[i]);
         dx[i] = T::from_float(d);

@@ -1,0 +1,119 @@
+// A row's sums in the CUDA kernels' order, so the CPU path's rstd, y, h_new and dx are the
+// GPU's bits (dw already was). The order is a function of the width's row group alone
+// (dispatch/programs.h hands it over: RowOrder); this file spells out what the kernels do with
+// it. Torch-free, CUDA-free.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+namespace cake {
+namespace cpu {
+
+// The row group whose order a width's kernels follow.
+struct RowOrder {
+  int tpr = 1;         // threads a row
+  int vectors = 1;     // vectors a thread holds (8 elements; FP32 activations: 4)
+  bool pairs = false;  // even and odd vectors summed apart (kernels/forward.cuh, kPairs)
+  bool fp32 = false;   // the FP32-activation kernels' order (kernels/fp32_rows.cuh)
+};
+
+// Tree<N> of kernels/vec.cuh: the first N / 2 values, then the rest, then their sum.
+inline float tree(const float* v, int n) { return n == 1 ? v[0] : tree(v, n / 2) + tree(v + n / 2, n - n / 2); }
+
+// An xor butterfly over n values (a power of two), as n lanes run it: each step adds every
+// value's partner at distance o, o = n / 2 .. 1. FP32 addition commutes, so partners end
+// alike and one value is the result.
+inline float butterfly(float* a, int n) {
+  for (int o = n / 2; o > 0; o >>= 1)
+    for (int i = 0; i < n; ++i)
+      if (i < (i ^ o)) a[i] = a[i ^ o] = a[i] + a[i ^ o];
+  return a[0];
+}
+
+// One row's sum of leaf(v) over its vectors v < nvec in the order of `o`. leaf(v) is one
+// vector's value as the kernels compute it; a vector past the row counts +0 there, as the
+// kernels' zero-filled loads give.
+class RowSum {
+ public:
+  template <typename Leaf>
+  float operator()(const RowOrder& o, int nvec, Leaf leaf) {
+    const int tpr = o.tpr;
+    a_.assign(tpr, 0.f);
+    b_.assign(tpr, 0.f);
+    for (int l = 0; l < tpr; ++l) {
+      if (o.fp32) {  // fp32_rows.cuh: a running sum over the thread's vectors
+        float s = 0.f;
+        for (int k = 0; k < o.vectors; ++k) s = s + (l + k * tpr < nvec ? leaf(l + k * tpr) : 0.f);
+        a_[l] = s;
+        continue;
+      }
+      float part[16];
+      for (int k = 0; k < o.vectors; ++k) part[k] = l + k * tpr < nvec ? leaf(l + k * tpr) : 0.f;
+      if (o.pairs) {  // forward.cuh: the even and the odd vectors' trees
+        float e[8], d[8];
+        for (int m = 0; m < o.vectors / 2; ++m) e[m] = part[2 * m], d[m] = part[2 * m + 1];
+        a_[l] = tree(e, o.vectors / 2);
+        b_[l] = tree(d, o.vectors / 2);
+        continue;
+      }
+      float s = tree(part, o.vectors);
+      for (int v = l + o.vectors * tpr; v < nvec; v += tpr) s += leaf(v);  // a row past the group
+      a_[l] = s;
+    }
+    return group(o);
+  }
+
+ private:
+  // reduce.cuh's group_sum / group_sum_pairs, fp32_rows.cuh's fp32_group_sum.
+  float group(const RowOrder& o) {
+    const int tpr = o.tpr;
+    if (tpr < 32 || (tpr == 32 && !o.pairs)) {
+      if (o.pairs)
+        for (int l = 0; l < tpr; ++l) a_[l] = a_[l] + b_[l];
+      return butterfly(a_.data(), tpr);
+    }
+    const int warps = tpr / 32;
+    ws_.assign(warps, 0.f);
+    for (int w = 0; w < warps; ++w) {
+      ws_[w] = butterfly(a_.data() + 32 * w, 32);
+      if (o.pairs) ws_[w] = ws_[w] + butterfly(b_.data() + 32 * w, 32);
+    }
+    if (o.fp32) {  // the warps' sums in warp order
+      float s = ws_[0];
+      for (int w = 1; w < warps; ++w) s = s + ws_[w];
+      return s;
+    }
+    return butterfly(ws_.data(), warps);
+  }
+
+  std::vector<float> a_, b_, ws_;
+};
+
+// The kernels' leaves. 16-bit activations, vectors of 8: the forward's squares, where the
+// compiler fuses each pair's f[2i]^2 + f[2i + 1]^2 into one FMA (seen in the sm_90a SASS; not
+// spelled out in forward.cuh), and backward.cuh's gwxhat_sum (each pair one FMA, spelled out),
+// then (p0 + p1) + (p2 + p3); FP32 activations, vectors of 4: fp32_rows.cuh's sum4 of rounded
+// products.
+inline float squares8(const float* h) {
+  float pr[4];
+  for (int i = 0; i < 4; ++i) pr[i] = std::fma(h[2 * i], h[2 * i], h[2 * i + 1] * h[2 * i + 1]);
+  return tree(pr, 4);
+}
+inline float gwxhat8(const float* g, const float* w, const float* x, float rstd) {
+  float pr[4];
+  for (int i = 0; i < 4; ++i) {
+    const int a = 2 * i, b = 2 * i + 1;
+    pr[i] = std::fma(g[a] * w[a], x[a] * rstd, (g[b] * w[b]) * (x[b] * rstd));
+  }
+  return tree(pr, 4);
+}
+inline float squares4(const float* h) { return (h[0] * h[0] + h[1] * h[1]) + (h[2] * h[2] + h[3] * h[3]); }
+inline float gwxhat4(const float* g, const float* w, const float* x, float rstd) {
+  float t[4];
+  for (int i = 0; i < 4; ++i) t[i] = (g[i] * w[i]) * (x[i] * rstd);
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+}  // namespace cpu
+}  // namespace cake
