@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cmath>
-#include <vector>
 
 namespace cake {
 namespace cpu {
@@ -36,11 +35,10 @@ inline float butterfly(float* a, int n) {
 // kernels' zero-filled loads give.
 class RowSum {
  public:
+  static constexpr int kMaxTpr = 512;  // the widest group of any kernel
   template <typename Leaf>
   float operator()(const RowOrder& o, int nvec, Leaf leaf) {
     const int tpr = o.tpr;
-    a_.assign(tpr, 0.f);
-    b_.assign(tpr, 0.f);
     for (int l = 0; l < tpr; ++l) {
       if (o.fp32) {  // fp32_rows.cuh: a running sum over the thread's vectors
         float s = 0.f;
@@ -48,7 +46,7 @@ class RowSum {
         a_[l] = s;
         continue;
       }
-      float part[16];
+      float part[8];  // a 16-bit group holds at most 8 vectors a thread
       for (int k = 0; k < o.vectors; ++k) part[k] = l + k * tpr < nvec ? leaf(l + k * tpr) : 0.f;
       if (o.pairs) {  // forward.cuh: the even and the odd vectors' trees
         float e[8], d[8];
@@ -71,23 +69,22 @@ class RowSum {
     if (tpr < 32 || (tpr == 32 && !o.pairs)) {
       if (o.pairs)
         for (int l = 0; l < tpr; ++l) a_[l] = a_[l] + b_[l];
-      return butterfly(a_.data(), tpr);
+      return butterfly(a_, tpr);
     }
     const int warps = tpr / 32;
-    ws_.assign(warps, 0.f);
     for (int w = 0; w < warps; ++w) {
-      ws_[w] = butterfly(a_.data() + 32 * w, 32);
-      if (o.pairs) ws_[w] = ws_[w] + butterfly(b_.data() + 32 * w, 32);
+      ws_[w] = butterfly(a_ + 32 * w, 32);
+      if (o.pairs) ws_[w] = ws_[w] + butterfly(b_ + 32 * w, 32);
     }
     if (o.fp32) {  // the warps' sums in warp order
       float s = ws_[0];
       for (int w = 1; w < warps; ++w) s = s + ws_[w];
       return s;
     }
-    return butterfly(ws_.data(), warps);
+    return butterfly(ws_, warps);
   }
 
-  std::vector<float> a_, b_, ws_;
+  float a_[kMaxTpr], b_[kMaxTpr], ws_[kMaxTpr / 32];  // per thread: a sum (the even half), the odd half
 };
 
 // The kernels' leaves. 16-bit activations, vectors of 8: the forward's squares, where the
