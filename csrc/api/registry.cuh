@@ -33,14 +33,22 @@ const void* address(K kernel) {
 
 template <typename T, typename WT, bool RES, int VPT, GroupSync kS>
 const void* fwd_ring() {
-  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kFwdRing, 0, 1, WLoad::kFirst, kS)))
-    return address(rmsnorm_fwd_kernel<T, WT, RES, VPT, kS>);
+  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kFwdRing, 0, 1, WLoad::kFirst, kS))) {
+    if constexpr (ring_max_regs<T, WT, RES, VPT, kS>() > 0)
+      return address(rmsnorm_fwd_kernel_held<T, WT, RES, VPT, kS>);
+    else
+      return address(rmsnorm_fwd_kernel<T, WT, RES, VPT, kS>);
+  }
   return nullptr;
 }
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kS, int kTpr, int kRows>
 const void* fwd_stream() {
-  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kFwdStream, kTpr, kRows, kW, kS)))
-    return address(rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, kW, kS, kTpr, kRows>);
+  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kFwdStream, kTpr, kRows, kW, kS))) {
+    if constexpr (kTpr == 0 && kRows == 1 && stream_max_regs<T, WT, RES, VPT, kW, kS>() > 0)
+      return address(rmsnorm_fwd_stream_kernel_held<T, WT, RES, VPT, kW, kS>);
+    else
+      return address(rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, kW, kS, kTpr, kRows>);
+  }
   return nullptr;
 }
 template <typename T, typename WT, bool RES, int VPT, int kTpr>

@@ -47,6 +47,23 @@ constexpr int stream_min_ctas() {
   return kW == WLoad::kBeforeSum && VPT <= 4 ? 2 : kW == WLoad::kAtUse ? 1 : 0;
 }
 
+// Register caps (0: none) for the instances whose even/odd sums (kPairs) cost an occupancy
+// step their one-sum code held, each held at that step (ptxas -v, sm_90a; spill-free but for
+// one word of the streaming BF16 one). 80: three 256-thread CTAs an SM (at two, the ring ran
+// rows of 776..1016 3-4 % slower); 96: five CTAs of 128 threads; 72: seven of 128.
+template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
+constexpr int ring_max_regs() {
+  if (VPT != 4 || kSync != GroupSync::kWarp) return 0;
+  if (!RES && std::is_same<WT, T>::value) return 80;
+  return std::is_same<T, __half>::value && std::is_same<WT, float>::value && RES ? 96 : 0;
+}
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
+constexpr int stream_max_regs() {
+  if (VPT != 4 || RES || kW != WLoad::kFirst || !std::is_same<WT, float>::value) return 0;
+  if (std::is_same<T, __half>::value && kSync == GroupSync::kWarp) return 72;
+  return std::is_same<T, __nv_bfloat16>::value && kSync == GroupSync::kNamed ? 80 : 0;
+}
+
 // One row of the forward, once its first VPT vectors a thread are at hand: xvec(k) and
 // rvec(k) (residual route) return vector lane + k * tpr of x and r, zeros where masked; w.get(k,
 // f) widens w's vector k, and w.before_sum() runs once the thread's own sum of squares is done
@@ -181,7 +198,7 @@ __device__ __forceinline__ void fwd_row(const FwdParams& p, int64_t row, bool va
 // every instruction on the hot path costs time (docs/perf/runs/notebook.md, small-T measurements).
 // kSync kWarp: an instance for groups of at most a warp, with no barrier and no scratch.
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
-__global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
+__device__ __forceinline__ void fwd_ring(const FwdParams& p) {
   extern __shared__ uint4 ring[];  // [stages][1 + RES][VPT][blockDim.x]
   __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];  // unused (and dropped) for kWarp
   GroupScratch gs{scratch};
@@ -232,6 +249,16 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
   }
   cp_async_wait<0>();  // no copy outlives the CTA
 }
+template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
+__global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdParams p) {
+  fwd_ring<T, WT, RES, VPT, kSync>(p);
+}
+// The same kernel held at ring_max_regs registers (registry.cuh takes it where that is set).
+template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
+__global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((ring_max_regs<T, WT, RES, VPT, kSync>()))
+    rmsnorm_fwd_kernel_held(const FwdParams p) {
+  fwd_ring<T, WT, RES, VPT, kSync>(p);
+}
 
 // The streaming forward (a program with stages 0): one row a group and a grid of every row's
 // groups (no persistence, no ring). Each thread loads its first VPT vectors of x (and r)
@@ -243,9 +270,8 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
 // contiguous), all their loads issued before the first row's sum, then each row's body in turn:
 // more bytes in flight a thread and a quarter of the CTAs to schedule (programs.h,
 // multirow_streaming). Each row's body is the one-row kernel's, so its bits are too.
-template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0, int kRows = 1>
-__global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
-    rmsnorm_fwd_stream_kernel(const FwdParams p) {
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr, int kRows>
+__device__ __forceinline__ void fwd_stream(const FwdParams& p) {
   __shared__ float scratch[kSync == GroupSync::kWarp ? 1 : 32];
   GroupScratch gs{scratch};
   const RowGroupT<kTpr> rg(p.tpr);
@@ -274,6 +300,18 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
     fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync, kTpr>(p, first + i * rg.rpc, valid[i], rg, gs, w,
                                                                 [&](int k) { return xv[i][k]; },
                                                                 [&](int k) { return rv[i][k]; });
+}
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0, int kRows = 1>
+__global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
+    rmsnorm_fwd_stream_kernel(const FwdParams p) {
+  fwd_stream<T, WT, RES, VPT, kW, kSync, kTpr, kRows>(p);
+}
+// The generic instance (runtime width, one row a group) held at stream_max_regs registers
+// (only kFirst: no CTA count of its own to combine with).
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
+__global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((stream_max_regs<T, WT, RES, VPT, kW, kSync>()))
+    rmsnorm_fwd_stream_kernel_held(const FwdParams p) {
+  fwd_stream<T, WT, RES, VPT, kW, kSync, 0, 1>(p);
 }
 
 }  // namespace cake

@@ -37,14 +37,14 @@ CAKE_HD constexpr int finalize_lanes(int chunks) {
   return chunks >= kFinalizeManyLanesChunks ? kFinalizeLanesMany : kFinalizeLanes;
 }
 
+// The plain forward's vectors a thread that sum even and odd vectors apart (forward.cuh, kPairs).
+CAKE_HD constexpr bool pairs_vpt(int vpt) { return vpt == 4 || vpt == 6; }
+
 // Where the streaming forward loads w, chosen per launch (dispatch/plan.h); the bits are the
 // same for all three. kFirst: with x, so every load of the row is in flight at once, at the
 // most registers. kBeforeSum issues w's loads once the thread's sum of squares is done, where
 // they overlap group_sum (64 registers forced at VPT <= 4). kAtUse (FP32 w at VPT 6 and 8)
 // loads each vector as the output needs it, the fewest registers (docs/perf/dispatch.md#wload).
-// The plain forward's vectors a thread that sum even and odd vectors apart (forward.cuh, kPairs).
-CAKE_HD constexpr bool pairs_vpt(int vpt) { return vpt == 4 || vpt == 6; }
-
 enum class WLoad { kFirst, kBeforeSum, kAtUse };
 
 // How group_sum's threads meet. kWarp: the kernel instance only runs groups of at most a warp,

@@ -98,16 +98,27 @@ __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& 
 // first step pairs the two: its top lane bit (this group narrower than a warp: e + o first),
 // or its top warp bit, which comes after its lanes' butterfly (this group a warp or wider: each
 // half's lanes summed apart, then e + o, then this group's warps).
+// A warp's butterflies of e and of o, added: xor_sum<16>(e, 32) + xor_sum<16>(o, 32) in six
+// shuffles, not ten. The low half-warp runs e's butterfly and the high half o's: each lane's
+// first step adds its own value and its partner's of the same kind (the full butterfly's sums
+// on those lanes), the last four steps stay in the half, and the halves then swap their sums.
+__device__ __forceinline__ float warp_sum_halves(float e, float o) {
+  const bool high = threadIdx.x & 16;
+  float v = (high ? o : e) + __shfl_xor_sync(0xffffffffu, high ? e : o, 16);
+  v = xor_sum<8>(v, 16);
+  return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
 template <GroupSync kSync = GroupSync::kNamed, typename RG>
 __device__ __forceinline__ float group_sum_pairs(float e, float o, const RG& rg, GroupScratch& gs) {
   if constexpr (RG::kWidth > 0) {
     static_assert(RG::kWidth <= 32 && kSync == GroupSync::kWarp, "compile-time widths are at most a warp");
     if constexpr (RG::kWidth < 32) return xor_sum<RG::kWidth / 2>(e + o, RG::kWidth);
-    return xor_sum<16>(e, 32) + xor_sum<16>(o, 32);
+    return warp_sum_halves(e, o);
   }
   const int tpr = rg.tpr;
   if (tpr < 32) return xor_sum<16>(e + o, tpr);
-  const float v = xor_sum<16>(e, 32) + xor_sum<16>(o, 32);
+  const float v = warp_sum_halves(e, o);
   if (kSync == GroupSync::kWarp || tpr == 32) return v;
   return across_warps(v, rg, gs);
 }
