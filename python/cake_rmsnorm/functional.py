@@ -147,11 +147,10 @@ def cake_rmsnorm_train_forward(
 
     Notes
     -----
-    T = 0 returns empty outputs. Within a token-count window (``program_windows``) a row's y
-    and rstd do not depend on T. At most widths the plain route's first window runs a wider row
-    group than the rest (not at H 768, which runs it at every T, nor at H 1024); across its upper
-    edge rstd may move by an FP32 ulp or two and y by one ulp on a few rows. Every other edge
-    keeps them bitwise.
+    T = 0 returns empty outputs. A row's y, rstd and h_new do not depend on T: every program a
+    width runs at some token count (``program_windows``) sums a row in one order
+    (``docs/programs.md``, "One order a width"), and the residual route's y and rstd are the
+    plain route's on h_new.
     """
     C.check_activation(x)
     C.check_weight(w, x)
