@@ -65,3 +65,56 @@ def test_gpu_rows_have_the_cpu_paths_bits(H, dtype, wdtype, residual, gen):
         assert torch.equal(bits(rows_of(dx, idx)), bits(dx_c)), (H, T, "dx")
         if whole:
             assert torch.equal(bits(dw), bits(dw_c)), (H, T, "dw")
+
+
+def _forward_variants(route, H, sms=None):
+    """Program overrides of the route's row groups (threads a row, vectors a thread; the small-T
+    group and the large-T one): other CTA sizes, ring depths and the streaming kernel."""
+    out = []
+    for T in (320, 1 << 16):
+        g = cr.launch_plan(route, H, T, sm=90, sms=sms)["group"]
+        tpr, vpt = g["threads_per_row"], g["vectors_per_thread"]
+        for cta in sorted({max(32, tpr), 256 if tpr <= 256 else tpr, 512}):
+            out += [(tpr, cta, vpt, stages) for stages in (0, 2, 4) if (tpr, cta, vpt, stages) not in out]
+    return out
+
+
+@pytest.mark.parametrize("H", [128, 256, 1000, 2048, 6144])
+@pytest.mark.parametrize("residual", [False, True])
+def test_programs_and_hooks_keep_the_cpu_paths_bits(H, residual, gen):
+    """Every shape of a width's row group, and every backward hook (one launch or two, a chunk a
+    warp or a group, exact or runtime widths), gives the CPU path's bits: the order is the row
+    group's alone."""
+    from cake_rmsnorm import tuning
+    T = 320  # the CPU runs the whole call, dw included
+    w = make_weight(H, torch.bfloat16, "cuda", gen)
+    mk = lambda: make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
+    x, g = mk(), mk()
+    r, gr = (mk(), mk()) if residual else (None, None)
+    cpu = lambda t: None if t is None else t.cpu()
+    ref = cr.cake_rmsnorm_train_forward(cpu(x), w.cpu(), EPS, residual=cpu(r))
+    ran = 0
+    for tpr, cta, vpt, stages in _forward_variants("fwd_residual" if residual else "fwd", H):
+        try:
+            ctx = tuning.program_override(tuning.FORWARD, tpr=tpr, cta=cta, vpt=vpt, stages=stages)
+            ctx.__enter__()
+        except ValueError:
+            continue  # a shape the kernels never run
+        try:
+            out = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=r)
+        finally:
+            ctx.__exit__(None, None, None)
+        ran += 1
+        for name, a, b in zip(("y", "rstd", "h_new"), out, ref):
+            assert torch.equal(bits(a), bits(b)), (H, tpr, cta, vpt, stages, name)
+    assert ran >= 3, (H, ran)
+    xs = ref[2].cuda() if residual else x
+    rstd = ref[1].cuda()
+    dx_c, dw_c = cr.cake_rmsnorm_train_backward(cpu(g), cpu(xs), w.cpu(), ref[1], g_residual=cpu(gr))
+    hooks = [tuning.one_launch(0), tuning.one_launch(1023), tuning.warp_chunks(0), tuning.warp_chunks(1),
+             tuning.exact_groups(False)]
+    for hook in hooks:
+        with hook:
+            dx, dw = cr.cake_rmsnorm_train_backward(g, xs, w, rstd, g_residual=gr)
+        assert torch.equal(bits(dx), bits(dx_c)), (H, hook, "dx")
+        assert torch.equal(bits(dw), bits(dw_c)), (H, hook, "dw")
