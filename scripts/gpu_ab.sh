@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kernel time of two builds on one GPU machine: the working tree and a base tree (BASE_DIR, a
 # source snapshot: git archive <commit> | tar x -C <dir>), each built for the local GPU, then
-# `bench` run for each in turn (BENCH_ARGS_1, _2, _3; the same peers in both runs give each its
+# `bench` run for each in turn (BENCH_ARGS_1 .. _6; the same peers in both runs give each its
 # own yardstick). Logs and results go to $LOG_DIR as new-*.json/md and base-*.json/md.
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-ab}
@@ -12,7 +12,7 @@ t0=$SECONDS
 python -m pip install --no-build-isolation --no-deps -e . >"$LOG_DIR/build.log" 2>&1 || { tail -30 "$LOG_DIR/build.log"; exit 1; }
 (cd "$BASE_DIR" && python setup.py build_ext --inplace >"$LOG_DIR/build-base.log" 2>&1) || { tail -30 "$LOG_DIR/build-base.log"; exit 1; }
 echo "builds: $((SECONDS - t0)) s"
-for i in 1 2 3; do
+for i in 1 2 3 4 5 6; do
   var=BENCH_ARGS_$i
   args=${!var:-}
   [ -z "$args" ] && continue
