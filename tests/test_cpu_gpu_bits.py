@@ -19,6 +19,7 @@ WIDTHS = [64, 128, 256, 264, 512, 768, 1000, 1024, 1536, 2048, 2056, 2560, 4096,
           40960]
 CPU_ELEMS = 1 << 21  # the CPU runs whole calls up to this size, else the slice below
 SLICE = 48
+RING_SMEM = 227 * 1024  # sm_90's shared memory a CTA: a deeper ring is refused at the call
 
 
 def token_counts(H):
@@ -74,8 +75,10 @@ def _forward_variants(route, H, sms=None):
     for T in (320, 1 << 16):
         g = cr.launch_plan(route, H, T, sm=90, sms=sms)["group"]
         tpr, vpt = g["threads_per_row"], g["vectors_per_thread"]
+        streams = 2 if route == "fwd_residual" else 1
         for cta in sorted({max(32, tpr), 256 if tpr <= 256 else tpr, 512}):
-            out += [(tpr, cta, vpt, stages) for stages in (0, 2, 4) if (tpr, cta, vpt, stages) not in out]
+            out += [(tpr, cta, vpt, stages) for stages in (0, 2, 4) if (tpr, cta, vpt, stages) not in out
+                    and stages * streams * vpt * cta * 16 <= RING_SMEM]
     return out
 
 

@@ -254,6 +254,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads) rmsnorm_fwd_kernel(const FwdPa
   fwd_ring<T, WT, RES, VPT, kSync>(p);
 }
 // The same kernel held at ring_max_regs registers (registry.cuh takes it where that is set).
+// The launch bounds stay: nvcc 13.0 and 13.5 take both, and without them the caps spill.
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 __global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((ring_max_regs<T, WT, RES, VPT, kSync>()))
     rmsnorm_fwd_kernel_held(const FwdParams p) {
