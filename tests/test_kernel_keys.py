@@ -34,8 +34,9 @@ def test_every_compiled_kernel_is_one_a_call_resolves_to(tmp_path):
 @pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 def test_the_small_T_group_is_the_ring_groups_pairs_twin(tmp_path):
     """Every table's wider small-T group is (2 tpr, VPT / 2) of its width's ring group, whose VPT
-    sums even and odd vectors apart (tests/cpp/pairs_twins.cpp): the premise of one order a
-    width, which the GPU tests check bitwise at a dozen widths."""
+    sums even and odd vectors apart, and every table's row order is the one the CPU path
+    computes (tests/cpp/pairs_twins.cpp): the premises of one order a width on every device,
+    which the GPU tests check bitwise."""
     exe = tmp_path / "pairs_twins"
     subprocess.run([CXX, "-std=c++17", "-O2", "-I", os.path.join(ROOT, "csrc"), "-o", str(exe),
                     os.path.join(ROOT, "tests", "cpp", "pairs_twins.cpp")], check=True)

@@ -3,10 +3,12 @@
 // (2 tpr, VPT / 2) of the ring's (tpr, VPT) and the ring's VPT is a pairs_vpt, so the two sum a
 // row alike; every streaming twin of the ring keeps its (tpr, VPT); and the residual route's
 // group sums in the plain route's order (the same group, or one's pairs twin), so a compiled
-// graph whose pass fuses the add before a norm has eager's y and rstd. Prints "widths N twins N
+// graph whose pass fuses the add before a norm has eager's y and rstd; and every table's row
+// order is the one the CPU path computes (sm_90a's), so rows agree across devices. Prints "widths N twins N
 // bad N" and each bad width; exits 1 if any.
 #include <cstdio>
 
+#include "dispatch/plan.h"
 #include "dispatch/programs.h"
 
 using namespace cake;
@@ -31,6 +33,11 @@ int main() {
         ++twins;
         ok = ok && small.tpr == 2 * ring.tpr && 2 * small.vpt == ring.vpt && pairs_vpt(ring.vpt) &&
              !pairs_vpt(small.vpt) && holds_row(ring, h);
+      }
+      // Every device sums a row as the CPU path does (plan.h, row_order_group: sm_90a's table).
+      for (int d = 0; d < 4; ++d) {
+        const RowOrderGroup a = row_order_group(h, d & 1, d & 2, t), b = row_order_group(h, d & 1, d & 2);
+        ok = ok && a.tpr == b.tpr && a.vectors == b.vectors && a.pairs == b.pairs && a.fp32 == b.fp32;
       }
       if (!ok && ++bad <= 20) std::printf("bad sm_%d H %d ring t%d v%d\n", t.sm, h, ring.tpr, ring.vpt);
     }
