@@ -44,7 +44,7 @@ const void* fwd_ring() {
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kS, int kTpr, int kRows>
 const void* fwd_stream() {
   if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kFwdStream, kTpr, kRows, kW, kS))) {
-    if constexpr (kTpr == 0 && kRows == 1 && stream_max_regs<T, WT, RES, VPT, kW, kS>() > 0)
+    if constexpr (stream_max_regs<T, WT, RES, VPT, kW, kS, kTpr, kRows>() > 0)
       return address(rmsnorm_fwd_stream_kernel_held<T, WT, RES, VPT, kW, kS>);
     else
       return address(rmsnorm_fwd_stream_kernel<T, WT, RES, VPT, kW, kS, kTpr, kRows>);

@@ -57,8 +57,9 @@ constexpr int ring_max_regs() {
   if (!RES && std::is_same<WT, T>::value) return 80;
   return std::is_same<T, __half>::value && std::is_same<WT, float>::value && RES ? 96 : 0;
 }
-template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
+template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr, int kRows>
 constexpr int stream_max_regs() {
+  if (kTpr != 0 || kRows != 1) return 0;  // held: the generic instance only
   if (VPT != 4 || RES || kW != WLoad::kFirst || !std::is_same<WT, float>::value) return 0;
   if (std::is_same<T, __half>::value && kSync == GroupSync::kWarp) return 72;
   return std::is_same<T, __nv_bfloat16>::value && kSync == GroupSync::kNamed ? 80 : 0;
@@ -310,7 +311,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
 // The generic instance (runtime width, one row a group) held at stream_max_regs registers
 // (only kFirst: no CTA count of its own to combine with).
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
-__global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((stream_max_regs<T, WT, RES, VPT, kW, kSync>()))
+__global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((stream_max_regs<T, WT, RES, VPT, kW, kSync, 0, 1>()))
     rmsnorm_fwd_stream_kernel_held(const FwdParams p) {
   fwd_stream<T, WT, RES, VPT, kW, kSync, 0, 1>(p);
 }

@@ -91,13 +91,6 @@ __device__ __forceinline__ float group_sum(float v, const RG& rg, GroupScratch& 
   return across_warps(v, rg, gs);
 }
 
-// group_sum of e + o, where e and o are the sums of a thread's even and odd vectors: in the
-// order of a group of twice the threads whose thread lane + j * tpr ... holds this thread's
-// even vectors and lane + tpr their odd ones (the plain forward's small-T group,
-// programs.h forward_small_program), so both groups give a row the same bits. That group's
-// first step pairs the two: its top lane bit (this group narrower than a warp: e + o first),
-// or its top warp bit, which comes after its lanes' butterfly (this group a warp or wider: each
-// half's lanes summed apart, then e + o, then this group's warps).
 // A warp's butterflies of e and of o, added: xor_sum<16>(e, 32) + xor_sum<16>(o, 32) in six
 // shuffles, not ten. The low half-warp runs e's butterfly and the high half o's: each lane's
 // first step adds its own value and its partner's of the same kind (the full butterfly's sums
@@ -109,6 +102,13 @@ __device__ __forceinline__ float warp_sum_halves(float e, float o) {
   return v + __shfl_xor_sync(0xffffffffu, v, 16);
 }
 
+// group_sum of e + o, where e and o are the sums of a thread's even and odd vectors: in the
+// order of a group of twice the threads whose thread lane + j * tpr ... holds this thread's
+// even vectors and lane + tpr their odd ones (the plain forward's small-T group,
+// programs.h forward_small_program), so both groups give a row the same bits. That group's
+// first step pairs the two: its top lane bit (this group narrower than a warp: e + o first),
+// or its top warp bit, which comes after its lanes' butterfly (this group a warp or wider: each
+// half's lanes summed apart, then e + o, then this group's warps).
 template <GroupSync kSync = GroupSync::kNamed, typename RG>
 __device__ __forceinline__ float group_sum_pairs(float e, float o, const RG& rg, GroupScratch& gs) {
   if constexpr (RG::kWidth > 0) {

@@ -4,8 +4,8 @@
 // row alike; every streaming twin of the ring keeps its (tpr, VPT); and the residual route's
 // group sums in the plain route's order (the same group, or one's pairs twin), so a compiled
 // graph whose pass fuses the add before a norm has eager's y and rstd; and every table's row
-// order is the one the CPU path computes (sm_90a's), so rows agree across devices. Prints "widths N twins N
-// bad N" and each bad width; exits 1 if any.
+// order is the one the CPU path computes (sm_90a's), so rows agree across devices. Prints
+// "widths N twins N bad N" and each bad width; exits 1 if any.
 #include <cstdio>
 
 #include "dispatch/plan.h"

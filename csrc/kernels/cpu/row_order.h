@@ -90,9 +90,9 @@ class RowSum {
 // The kernels' leaves. 16-bit activations, vectors of 8: the forward's squares, where the
 // compiler fuses each pair's f[2i]^2 + f[2i + 1]^2 into fma(f[2i], f[2i], f[2i + 1]^2) (not
 // spelled out in forward.cuh, where spelling it out moved 150 of 258 schedules; the PTX of
-// every forward unit is held to it by tests/test_fused_squares.py), and backward.cuh's gwxhat_sum (each pair one FMA, spelled out),
-// then (p0 + p1) + (p2 + p3); FP32 activations, vectors of 4: fp32_rows.cuh's sum4 of rounded
-// products.
+// every forward unit is held to it by tests/test_fused_squares.py), and backward.cuh's
+// gwxhat_sum (each pair one FMA, spelled out), then (p0 + p1) + (p2 + p3); FP32 activations,
+// vectors of 4: fp32_rows.cuh's sum4 of rounded products.
 inline float squares8(const float* h) {
   float pr[4];
   for (int i = 0; i < 4; ++i) pr[i] = std::fma(h[2 * i], h[2 * i], h[2 * i + 1] * h[2 * i + 1]);
