@@ -6,6 +6,9 @@ masked vectors, a rest past the group (H 40960), and the FP32 activations' runni
 warp-order fold. tests/test_cpu_gpu_bits.py holds the CPU path against the GPU itself."""
 
 import math
+import os
+import shutil
+import subprocess
 from fractions import Fraction
 
 import pytest
@@ -169,3 +172,20 @@ def test_cpu_rows_follow_the_kernels_order(H, dtype, gen):
             xh, gw = f32(h[i] * r), f32(gq[i] * wq[i])
             d = f32(r * f32(gw - f32(mean * xh))) if fp32 else f32(r * f32(-mean * xh + gw))
             assert Fraction(float(dx[row, i].float())) == (f32(d) if fp32 else Fraction(float(torch.tensor(float(d)).to(dtype).float()))), (H, row, i)
+
+
+CXX = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(CXX is None or not os.path.exists(os.path.join(ROOT, "csrc", "kernels", "cpu", "row_order.h")),
+                    reason="needs a host C++ compiler and the source checkout")
+def test_the_leafs_plain_add_is_the_fma(tmp_path):
+    """The forward leaf adds a 16-bit value's square where it is exact and keeps the FMA below
+    (row_order.h, square_plus): every BF16 and FP16 value against a stride of squares
+    (tests/cpp/square_plus.cpp; 26784 mismatches without the FMA below 2^-60)."""
+    exe = tmp_path / "square_plus"
+    subprocess.run([CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-I", os.path.join(ROOT, "csrc"), "-o", str(exe),
+                    os.path.join(ROOT, "tests", "cpp", "square_plus.cpp")], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert out.returncode == 0 and "mismatches 0" in out.stdout, out.stdout[-2000:]

@@ -93,9 +93,14 @@ class RowSum {
 // every forward unit is held to it by tests/test_fused_squares.py), and backward.cuh's
 // gwxhat_sum (each pair one FMA, spelled out), then (p0 + p1) + (p2 + p3); FP32 activations,
 // vectors of 4: fp32_rows.cuh's sum4 of rounded products.
+// h holds 16-bit values, whose squares are exact in FP32 down to 2^-120: there the FMA is one
+// add, and a libm fmaf call a pair (no FMA instruction in a baseline x86-64 build) is avoided.
+inline float square_plus(float a, float c) {
+  return std::fabs(a) >= 0x1p-60f ? a * a + c : std::fma(a, a, c);
+}
 inline float squares8(const float* h) {
   float pr[4];
-  for (int i = 0; i < 4; ++i) pr[i] = std::fma(h[2 * i], h[2 * i], h[2 * i + 1] * h[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) pr[i] = square_plus(h[2 * i], h[2 * i + 1] * h[2 * i + 1]);
   return tree(pr, 4);
 }
 inline float gwxhat8(const float* g, const float* w, const float* x, float rstd) {
