@@ -66,6 +66,13 @@ def rstd_of(ss, H):
     return (np.float32(1) / np.sqrt(ms)).astype(np.float32)
 
 
+def orders(h, H):
+    """rstd of rows h in the pairs order and in the one-tree order, for H's ring or streaming group."""
+    g = cr.program_windows("fwd", H, sm=90)["fwd"][-1].group
+    tpr, vectors = g["threads_per_row"], g["vectors_per_thread"]
+    return rstd_of(row_sum(h, tpr, vectors, True), H), rstd_of(row_sum(h, tpr, vectors, False), H)
+
+
 def ulps(a, ref):
     """|a - ref| in FP32 ulps of ref."""
     return np.abs(a.astype(np.float64) - ref) / np.spacing(ref.astype(np.float32)).astype(np.float64)
@@ -100,9 +107,8 @@ def main():
             w = torch.ones(H, dtype=torch.bfloat16)
             y_cpu, r_cpu = cr.cake_rmsnorm_train_forward(x, w, EPS)
             h = x.float().numpy()
-            pairs = rstd_of(row_sum(h, tpr, vectors, True), H)
+            pairs, one = orders(h, H)
             assert np.array_equal(pairs.view(np.int32), r_cpu.numpy().view(np.int32)), "emulation != the CPU path"
-            one = rstd_of(row_sum(h, tpr, vectors, False), H)
             hd = h.astype(np.float64)
             ss64 = (hd * hd).sum(1)
             floor = rstd_of(ss64.astype(np.float32), H)
