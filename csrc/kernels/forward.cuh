@@ -48,9 +48,10 @@ constexpr int stream_min_ctas() {
 }
 
 // Register caps (0: none) for the instances whose even/odd sums (kPairs) cost an occupancy
-// step their one-sum code held, each held at that step (ptxas -v, sm_90a; spill-free but for
-// one word of the streaming BF16 one). 80: three 256-thread CTAs an SM (at two, the ring ran
-// rows of 776..1016 3-4 % slower); 96: five CTAs of 128 threads; 72: seven of 128.
+// step their one-sum code held, each held at that step (ptxas -v, sm_90a; spill-free). 80:
+// three 256-thread CTAs an SM (at two, the ring ran rows of 776..1016 3-4 % slower); 96: five
+// CTAs of 128 threads; 72: seven of 128. The BF16 streaming one with an FP32 w re-widens x
+// instead (stream_rewiden): held, it spilled and ran slower (docs/perf/runs/h200-pairs-order.md).
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 constexpr int ring_max_regs() {
   if (VPT != 4 || kSync != GroupSync::kWarp) return 0;
@@ -61,8 +62,15 @@ template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync,
 constexpr int stream_max_regs() {
   if (kTpr != 0 || kRows != 1) return 0;  // held: the generic instance only
   if (VPT != 4 || RES || kW != WLoad::kFirst || !std::is_same<WT, float>::value) return 0;
-  if (std::is_same<T, __half>::value && kSync == GroupSync::kWarp) return 72;
-  return std::is_same<T, __nv_bfloat16>::value && kSync == GroupSync::kNamed ? 80 : 0;
+  return std::is_same<T, __half>::value && kSync == GroupSync::kWarp ? 72 : 0;
+}
+// Whether a streaming row widens x again for its output instead of keeping the first widening
+// live: where w comes late (its registers free then), and on the plain route's generic pairs
+// instance with an FP32 w, where w's 32 words beside the widened x cost an occupancy step
+// (three 256-thread CTAs an SM so, two otherwise). The same values either way.
+template <typename WT, bool RES, int VPT, WLoad kW, int kTpr>
+CAKE_HD constexpr bool stream_rewiden() {
+  return kW != WLoad::kFirst || (pairs_vpt(VPT) && !RES && kTpr == 0 && std::is_same<WT, float>::value);
 }
 
 // One row of the forward, once its first VPT vectors a thread are at hand: xvec(k) and
@@ -297,11 +305,12 @@ __device__ __forceinline__ void fwd_stream(const FwdParams& p) {
     }
   }
   StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
+  constexpr bool kRewiden = stream_rewiden<WT, RES, VPT, kW, kTpr>();
 #pragma unroll
   for (int i = 0; i < kRows; ++i)
-    fwd_row<T, WT, RES, VPT, kW != WLoad::kFirst, kSync, kTpr>(p, first + i * rg.rpc, valid[i], rg, gs, w,
-                                                                [&](int k) { return xv[i][k]; },
-                                                                [&](int k) { return rv[i][k]; });
+    fwd_row<T, WT, RES, VPT, kRewiden, kSync, kTpr>(p, first + i * rg.rpc, valid[i], rg, gs, w,
+                                                    [&](int k) { return xv[i][k]; },
+                                                    [&](int k) { return rv[i][k]; });
 }
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr = 0, int kRows = 1>
 __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
