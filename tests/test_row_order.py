@@ -189,3 +189,20 @@ def test_the_leafs_plain_add_is_the_fma(tmp_path):
                     os.path.join(ROOT, "tests", "cpp", "square_plus.cpp")], check=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True)
     assert out.returncode == 0 and "mismatches 0" in out.stdout, out.stdout[-2000:]
+
+
+@pytest.mark.skipif(CXX is None or not os.path.exists(os.path.join(ROOT, "csrc", "kernels", "cpu", "rmsnorm_cpu.h")),
+                    reason="needs a host C++ compiler and the source checkout")
+def test_the_fma_clone_has_the_baseline_bits(tmp_path):
+    """x86-64 hosts with FMA run the CPU rows compiled for it (rmsnorm_cpu.h, forward_fma and
+    backward_fma): y, rstd, h_new, dx, dw partials and dw bitwise the baseline code's, every
+    dtype pair, 15 widths, unit / tiny / huge / subnormal data with Inf and NaN
+    (tests/cpp/fma_clone.cpp; built with -ffp-contract=fast, which lets the clone fuse
+    products, it finds mismatches)."""
+    exe = tmp_path / "fma_clone"
+    subprocess.run([CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-I", os.path.join(ROOT, "csrc"), "-o", str(exe),
+                    os.path.join(ROOT, "tests", "cpp", "fma_clone.cpp")], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True)
+    if out.returncode == 2:
+        pytest.skip(out.stdout.strip())
+    assert out.returncode == 0 and "mismatches 0" in out.stdout, out.stdout[-2000:]

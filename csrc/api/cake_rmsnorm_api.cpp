@@ -138,7 +138,7 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   if (a->device == CAKE_DEVICE_CPU) {
     const cake::cpu::RowOrder order = cpu_order(a->hidden, false, a->x_dtype == CAKE_DTYPE_FP32);
     with_types(a->x_dtype, a->w_dtype, yd, [&](auto t, auto w, auto y) {
-      cake::cpu::forward<decltype(t), decltype(w), decltype(y)>(p, order);
+      cake::cpu::run_forward<decltype(t), decltype(w), decltype(y)>(p, order);
     });
     return CAKE_OK;
   }
@@ -231,7 +231,7 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
     }
     const cake::cpu::RowOrder order = cpu_order(a->hidden, true, a->x_dtype == CAKE_DTYPE_FP32);
     with_types(a->x_dtype, a->w_dtype, gd, [&](auto t, auto w, auto g) {
-      cake::cpu::backward<decltype(t), decltype(w), decltype(g)>(p, order);
+      cake::cpu::run_backward<decltype(t), decltype(w), decltype(g)>(p, order);
     });
     return CAKE_OK;
   }

@@ -123,5 +123,43 @@ void backward(const BwdParams& p, const RowOrder& order) {
   if (p.dw != nullptr) finalize<W>(p);
 }
 
+// x86-64 hosts with an FMA instruction run the row code compiled for it (every call inlined
+// into a clone built for that target): std::fma is then one instruction instead of a libm
+// fmaf call in a baseline build. Both round once, and no product is contracted
+// (-ffp-contract=off), so the bits are the same on either path (tests/cpp/fma_clone.cpp).
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__FMA__)
+#define CAKE_CPU_FMA_CLONE 1
+inline bool host_has_fma() {
+  static const bool has = __builtin_cpu_supports("fma");
+  return has;
+}
+template <typename T, typename W, typename TY>
+__attribute__((target("fma"), flatten)) void forward_fma(const FwdParams& p, const RowOrder& order) {
+  forward<T, W, TY>(p, order);
+}
+template <typename T, typename W, typename TG>
+__attribute__((target("fma"), flatten)) void backward_fma(const BwdParams& p, const RowOrder& order) {
+  backward<T, W, TG>(p, order);
+}
+#else
+#define CAKE_CPU_FMA_CLONE 0
+#endif
+
+// The entry points: the FMA clone where the host has the instruction, else the baseline code.
+template <typename T, typename W, typename TY = T>
+void run_forward(const FwdParams& p, const RowOrder& order) {
+#if CAKE_CPU_FMA_CLONE
+  if (host_has_fma()) return forward_fma<T, W, TY>(p, order);
+#endif
+  forward<T, W, TY>(p, order);
+}
+template <typename T, typename W, typename TG = T>
+void run_backward(const BwdParams& p, const RowOrder& order) {
+#if CAKE_CPU_FMA_CLONE
+  if (host_has_fma()) return backward_fma<T, W, TG>(p, order);
+#endif
+  backward<T, W, TG>(p, order);
+}
+
 }  // namespace cpu
 }  // namespace cake
