@@ -200,7 +200,7 @@ def test_the_fma_clone_has_the_baseline_bits(tmp_path):
     (tests/cpp/fma_clone.cpp; built with -ffp-contract=fast, which lets the clone fuse
     products, it finds mismatches)."""
     exe = tmp_path / "fma_clone"
-    subprocess.run([CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-I", os.path.join(ROOT, "csrc"), "-o", str(exe),
+    subprocess.run([CXX, "-std=c++17", "-O3", "-ffp-contract=off", "-I", os.path.join(ROOT, "csrc"), "-o", str(exe),
                     os.path.join(ROOT, "tests", "cpp", "fma_clone.cpp")], check=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True)
     if out.returncode == 2:

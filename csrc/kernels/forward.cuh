@@ -50,8 +50,9 @@ constexpr int stream_min_ctas() {
 // Register caps (0: none) for the instances whose even/odd sums (kPairs) cost an occupancy
 // step their one-sum code held, each held at that step (ptxas -v, sm_90a; spill-free). 80:
 // three 256-thread CTAs an SM (at two, the ring ran rows of 776..1016 3-4 % slower); 96: five
-// CTAs of 128 threads; 72: seven of 128. The BF16 streaming one with an FP32 w re-widens x
-// instead (stream_rewiden): held, it spilled and ran slower (docs/perf/runs/h200-pairs-order.md).
+// CTAs of 128 threads; 72: seven of 128. The streaming BF16 named-barrier one with an FP32 w
+// re-widens x instead (stream_rewiden): held, it spilled and ran slower
+// (docs/perf/runs/h200-pairs-order.md).
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 constexpr int ring_max_regs() {
   if (VPT != 4 || kSync != GroupSync::kWarp) return 0;
@@ -66,8 +67,9 @@ constexpr int stream_max_regs() {
 }
 // Whether a streaming row widens x again for its output instead of keeping the first widening
 // live: where w comes late (its registers free then), and on the plain route's generic pairs
-// instance with an FP32 w, where w's 32 words beside the widened x cost an occupancy step
-// (three 256-thread CTAs an SM so, two otherwise). The same values either way.
+// instances with an FP32 w (BF16 and FP16 x), where w's 32 words beside the widened x cost
+// BF16 an occupancy step (three 256-thread CTAs an SM so, two otherwise; FP16's count is the
+// same either way). The same values either way.
 template <typename WT, bool RES, int VPT, WLoad kW, int kTpr>
 CAKE_HD constexpr bool stream_rewiden() {
   return kW != WLoad::kFirst || (pairs_vpt(VPT) && !RES && kTpr == 0 && std::is_same<WT, float>::value);

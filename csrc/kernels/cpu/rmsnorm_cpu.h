@@ -125,8 +125,10 @@ void backward(const BwdParams& p, const RowOrder& order) {
 
 // x86-64 hosts with an FMA instruction run the row code compiled for it (every call inlined
 // into a clone built for that target): std::fma is then one instruction instead of a libm
-// fmaf call in a baseline build. Both round once, and no product is contracted
-// (-ffp-contract=off), so the bits are the same on either path (tests/cpp/fma_clone.cpp).
+// fmaf call in a baseline build. Both round once, and no product is contracted, so the bits
+// are the same on either path (tests/cpp/fma_clone.cpp). That needs -ffp-contract=off, as every
+// build of this header does (setup.py): GCC's default would fuse products in the clone, as it
+// already would on targets where FMA is baseline (aarch64, -march=native).
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__FMA__)
 #define CAKE_CPU_FMA_CLONE 1
 inline bool host_has_fma() {
