@@ -50,9 +50,11 @@ constexpr int stream_min_ctas() {
 // Register caps (0: none) for the instances whose even/odd sums (kPairs) cost an occupancy
 // step their one-sum code held, each held at that step (ptxas -v, sm_90a; spill-free). 80:
 // three 256-thread CTAs an SM (at two, the ring ran rows of 776..1016 3-4 % slower); 96: five
-// CTAs of 128 threads; 72: seven of 128. The streaming BF16 named-barrier one with an FP32 w
-// re-widens x instead (stream_rewiden): held, it spilled and ran slower
-// (docs/perf/runs/h200-pairs-order.md).
+// CTAs of 128 threads; 72: seven of 128 (FP16 x, FP32 w at H 32..248). The other streaming
+// generic instances with an FP32 w (x re-widened, stream_rewiden) are stated 80 for their
+// schedule: without it ptxas issues w's loads after x's squares (a second wait on memory a
+// row), with it beside x's, at 75-76 registers, the CTAs an SM of 72-73 at every CTA size the
+// plans give them (docs/perf/runs/h200-pairs-ab4.md).
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 constexpr int ring_max_regs() {
   if (VPT != 4 || kSync != GroupSync::kWarp) return 0;
@@ -63,7 +65,7 @@ template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync,
 constexpr int stream_max_regs() {
   if (kTpr != 0 || kRows != 1) return 0;  // held: the generic instance only
   if (VPT != 4 || RES || kW != WLoad::kFirst || !std::is_same<WT, float>::value) return 0;
-  return std::is_same<T, __half>::value && kSync == GroupSync::kWarp ? 72 : 0;
+  return std::is_same<T, __half>::value && kSync == GroupSync::kWarp ? 72 : 80;
 }
 // Whether a streaming row widens x again for its output instead of keeping the first widening
 // live: where w comes late (its registers free then), and on the plain route's generic pairs
