@@ -20,11 +20,12 @@ def main():
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--launches", type=int, default=4)
+    p.add_argument("--weight", choices=["bf16", "fp32"], default="bf16", help="w's dtype (x is BF16)")
     a = p.parse_args()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(a.tokens, a.hidden, generator=g).bfloat16().cuda()
     gy = torch.randn(a.tokens, a.hidden, generator=g).bfloat16().cuda()
-    w = (1 + 0.1 * torch.randn(a.hidden, generator=g)).bfloat16().cuda()
+    w = (1 + 0.1 * torch.randn(a.hidden, generator=g)).to(torch.float32 if a.weight == "fp32" else torch.bfloat16).cuda()
     if a.impl == "cake":
         y, rstd = cr.cake_rmsnorm_train_forward(x, w, 1e-6)
         dx, dw = torch.empty_like(x), torch.empty(a.hidden, device="cuda")
