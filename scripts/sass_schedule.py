@@ -1,0 +1,90 @@
+"""Registers, spills, CTAs an SM and the load order of each kernel of a generated unit, from
+its SASS, without a GPU: the unit's PTX is compiled once, then each kernel alone through ptxas
+(a fraction of a second a kernel, where the whole unit takes minutes).
+
+    python scripts/sass_schedule.py fwd_bf16_v4 --match 'stream.*float' [--arch 90a] [--src DIR]
+
+For each kernel: registers and spilled bytes (ptxas -v), the 128/256/512-thread CTAs an SM its
+registers allow, and "loads first": of the global loads issued before the row's first shuffle
+or barrier, how many come before the first floating-point arithmetic (a row whose loads trail
+its arithmetic waits on memory twice; docs/perf/runs/h200-pairs-ab4.md). --src reads another
+tree (a `git archive` of an older commit) to compare. Needs nvcc, ptxas, and cuobjdump and
+nvdisasm on PATH (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# The numerics flags of setup.py's nvcc line (the schedule depends on them).
+NVCC_FLAGS = ["-O3", "-DCAKE_WITH_CUDA=1", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"]
+REGS_PER_SM, REG_UNIT, MAX_THREADS_PER_SM = 65536, 8, 2048  # sm_90/100: a thread's registers in 8s
+FP_OPS = ("FMUL", "FFMA", "FADD")
+
+
+def ctas_per_sm(regs, threads):
+    per_thread = -(-regs // REG_UNIT) * REG_UNIT
+    return min(REGS_PER_SM // (per_thread * threads), MAX_THREADS_PER_SM // threads)
+
+
+def entries(ptx):
+    """(name, the kernel's PTX alone: the module header, its externs and the one entry)."""
+    header = "\n".join(l for l in ptx.splitlines() if re.match(r"\.(version|target|address_size)\b|\.extern", l))
+    for m in re.finditer(r"^\.visible \.entry (\w+)\(.*?^}", ptx, re.S | re.M):
+        yield m.group(1), header + "\n" + m.group(0) + "\n"
+
+
+def schedule(sass):
+    """Loads before the first FP op, and loads before the first shuffle or barrier."""
+    first, before_sync, seen_fp = 0, 0, False
+    for line in sass.splitlines():
+        op = re.search(r"\b(LDG|SHFL|BAR|FMUL|FFMA|FADD)\b", line)
+        if not op:
+            continue
+        if op.group(1) in ("SHFL", "BAR"):
+            break
+        if op.group(1) in FP_OPS:
+            seen_fp = True
+        else:
+            before_sync += 1
+            first += not seen_fp
+    return first, before_sync
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("unit", help="a unit of csrc/api/gen, e.g. fwd_bf16_v4")
+    p.add_argument("--match", default="", help="regex on the demangled kernel name")
+    p.add_argument("--arch", default="90a")
+    p.add_argument("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx_path = os.path.join(tmp, "unit.ptx")
+        subprocess.run(["nvcc", *NVCC_FLAGS, "-gencode", f"arch=compute_{a.arch},code=sm_{a.arch}",
+                        "-I", os.path.join(a.src, "csrc", "include"), "-ptx",
+                        os.path.join(a.src, "csrc", "api", "gen", a.unit + ".cu"), "-o", ptx_path], check=True)
+        ptx = open(ptx_path).read()
+        print("| kernel | registers | spilled B | CTAs of 128 / 256 / 512 | loads first |")
+        print("|---|---|---|---|---|")
+        for name, text in entries(ptx):
+            demangled = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
+            if not re.search(a.match, demangled):
+                continue
+            one, cubin = os.path.join(tmp, "one.ptx"), os.path.join(tmp, "one.cubin")
+            open(one, "w").write(text)
+            log = subprocess.run(["ptxas", f"-arch=sm_{a.arch}", "-v", one, "-o", cubin],
+                                 capture_output=True, text=True, check=True).stderr
+            regs = int(re.search(r"Used (\d+) registers", log).group(1))
+            spill = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+            sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+            first, total = schedule(sass)
+            short = re.sub(r"cake::|\(cake::FwdParams\)|\(cake::BwdParams\)|void ", "", demangled)
+            ctas = " / ".join(str(ctas_per_sm(regs, t)) for t in (128, 256, 512))
+            print(f"| {short} | {regs} | {spill} | {ctas} | {first} of {total} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
