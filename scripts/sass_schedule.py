@@ -5,9 +5,10 @@ its SASS, without a GPU: the unit's PTX is compiled once, then each kernel alone
     python scripts/sass_schedule.py fwd_bf16_v4 --match 'stream.*float' [--arch 90a] [--src DIR]
 
 For each kernel: registers and spilled bytes (ptxas -v), the 128/256/512-thread CTAs an SM its
-registers allow, and "loads first": of the global loads issued before the row's first shuffle
-or barrier, how many come before the first floating-point arithmetic (a row whose loads trail
-its arithmetic waits on memory twice; docs/perf/runs/h200-pairs-ab4.md). --src reads another
+registers allow (a ring's shared memory may allow fewer), and "loads first": of the global
+loads (LDG; the ring's cp.async is not counted) issued before the row's first shuffle or
+barrier, how many come before the first floating-point arithmetic (a row whose loads trail its
+arithmetic waits on memory twice; docs/perf/runs/h200-pairs-ab4.md). --src reads another
 tree (a `git archive` of an older commit) to compare. Needs nvcc, ptxas, and cuobjdump and
 nvdisasm on PATH (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm).
 """
@@ -31,10 +32,14 @@ def ctas_per_sm(regs, threads):
 
 
 def entries(ptx):
-    """(name, the kernel's PTX alone: the module header, its externs and the one entry)."""
-    header = "\n".join(l for l in ptx.splitlines() if re.match(r"\.(version|target|address_size)\b|\.extern", l))
-    for m in re.finditer(r"^\.visible \.entry (\w+)\(.*?^}", ptx, re.S | re.M):
-        yield m.group(1), header + "\n" + m.group(0) + "\n"
+    """(name, the module with every other kernel removed: its functions and declarations kept)."""
+    blocks = list(re.finditer(r"^\.visible \.entry (\w+)\(.*?^}\n?", ptx, re.S | re.M))
+    for b in blocks:
+        text, end = "", 0
+        for other in blocks:
+            text += ptx[end:other.start()] + (other.group(0) if other is b else "")
+            end = other.end()
+        yield b.group(1), text + ptx[end:]
 
 
 def schedule(sass):
