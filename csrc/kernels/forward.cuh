@@ -53,8 +53,8 @@ constexpr int stream_min_ctas() {
 // CTAs of 128 threads; 72: seven of 128 (FP16 x, FP32 w at H 32..248). The other streaming
 // generic instances with an FP32 w (x re-widened, stream_rewiden) are stated 80 for their
 // schedule: without it ptxas issues w's loads after x's squares (a second wait on memory a
-// row), with it beside x's, at 75-76 registers, the CTAs an SM of 72-73 at every CTA size the
-// plans give them (docs/perf/runs/h200-pairs-ab4.md).
+// row); with it, beside x's, at 75-76 registers, which keep the CTAs an SM of their uncapped
+// 72-73 at every CTA size the plans give them (docs/perf/runs/h200-pairs-ab4.md).
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 constexpr int ring_max_regs() {
   if (VPT != 4 || kSync != GroupSync::kWarp) return 0;
