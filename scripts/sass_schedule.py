@@ -23,7 +23,7 @@ import tempfile
 # The numerics flags of setup.py's nvcc line (the schedule depends on them).
 NVCC_FLAGS = ["-O3", "-DCAKE_WITH_CUDA=1", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"]
 REGS_PER_SM, REG_UNIT, MAX_THREADS_PER_SM = 65536, 8, 2048  # sm_90/100: a thread's registers in 8s
-FP_OPS = ("FMUL", "FFMA", "FADD")
+FP_OPS = ("FMUL", "FFMA", "FADD", "FMUL2", "FFMA2", "FADD2")  # sm_100 adds the paired forms
 
 
 def ctas_per_sm(regs, threads):
@@ -46,7 +46,7 @@ def schedule(sass):
     """Loads before the first FP op, and loads before the first shuffle or barrier."""
     first, before_sync, seen_fp = 0, 0, False
     for line in sass.splitlines():
-        op = re.search(r"\b(LDG|SHFL|BAR|FMUL|FFMA|FADD)\b", line)
+        op = re.search(r"\b(LDG|SHFL|BAR|FMUL2?|FFMA2?|FADD2?)\b", line)
         if not op:
             continue
         if op.group(1) in ("SHFL", "BAR"):
@@ -74,6 +74,7 @@ def main():
         ptx = open(ptx_path).read()
         print("| kernel | registers | spilled B | CTAs of 128 / 256 / 512 | loads first |")
         print("|---|---|---|---|---|")
+        shown = 0
         for name, text in entries(ptx):
             demangled = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
             if not re.search(a.match, demangled):
@@ -82,13 +83,19 @@ def main():
             open(one, "w").write(text)
             log = subprocess.run(["ptxas", f"-arch=sm_{a.arch}", "-v", one, "-o", cubin],
                                  capture_output=True, text=True, check=True).stderr
-            regs = int(re.search(r"Used (\d+) registers", log).group(1))
-            spill = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+            # This kernel's lines, not those of a function it calls (printed in either order).
+            entry = log[log.index(f"Compiling entry function '{name}'"):]
+            regs = int(re.search(r"Used (\d+) registers", entry).group(1))
+            spill = int(re.search(rf"Function properties for {name}\n.*?(\d+) bytes spill stores", log).group(1))
             sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
             first, total = schedule(sass)
             short = re.sub(r"cake::|\(cake::FwdParams\)|\(cake::BwdParams\)|void ", "", demangled)
             ctas = " / ".join(str(ctas_per_sm(regs, t)) for t in (128, 256, 512))
             print(f"| {short} | {regs} | {spill} | {ctas} | {first} of {total} |")
+            shown += 1
+        if not shown:
+            print(f"no kernel of {a.unit} matches {a.match!r}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

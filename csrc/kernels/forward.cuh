@@ -50,11 +50,12 @@ constexpr int stream_min_ctas() {
 // Register caps (0: none) for the instances whose even/odd sums (kPairs) cost an occupancy
 // step their one-sum code held, each held at that step (ptxas -v, sm_90a; spill-free). 80:
 // three 256-thread CTAs an SM (at two, the ring ran rows of 776..1016 3-4 % slower); 96: five
-// CTAs of 128 threads; 72: seven of 128 (FP16 x, FP32 w at H 32..248). The other streaming
-// generic instances with an FP32 w (x re-widened, stream_rewiden) are stated 80 for their
-// schedule: without it ptxas issues w's loads after x's squares (a second wait on memory a
-// row); with it, beside x's, at 75-76 registers, which keep the CTAs an SM of their uncapped
-// 72-73 at every CTA size the plans give them (docs/perf/runs/h200-pairs-ab4.md).
+// CTAs of 128 threads; 72: seven of 128 (FP16 x, FP32 w at H 32..248). The other plain-route
+// V4 generic streaming instances that load an FP32 w first (x re-widened, stream_rewiden) are
+// stated 80 for their schedule: without it ptxas issues w's loads after x's squares (a second
+// wait on memory a row); with it, beside x's, at 74-76 registers (sm_90a, sm_100a, sm_103a),
+// which keep the CTAs an SM of their uncapped 72-73 at every CTA size the plans give them
+// (docs/perf/runs/h200-pairs-ab4.md).
 template <typename T, typename WT, bool RES, int VPT, GroupSync kSync>
 constexpr int ring_max_regs() {
   if (VPT != 4 || kSync != GroupSync::kWarp) return 0;
