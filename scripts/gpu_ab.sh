@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # Kernel time of two builds on one GPU machine: the working tree and a base tree (BASE_DIR, a
 # source snapshot: git archive <commit> | tar x -C <dir>), each built for the local GPU, then
-# `bench` run for each in turn (BENCH_ARGS_1 .. _6; the same peers in both runs give each its
-# own yardstick). VAR_DIR, another snapshot, adds a third arm ("var") run between the two. Logs
-# and results go to $LOG_DIR as new-*.json/md, base-*.json/md and var-*.json/md.
+# `bench` run for each in turn (BENCH_ARGS_1 .. _6; the same peers in every run give each its
+# own yardstick). VAR_DIR and VAR2_DIR, more snapshots, add arms "var" and "var2", run between
+# the two. Logs and results go to $LOG_DIR as <arm>-*.json/md (base, var, var2, new).
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-ab}
-BASE_DIR=$(cd "${BASE_DIR:?a base source tree}" && pwd)  # absolute: the benches run from /tmp
-VAR_DIR=${VAR_DIR:+$(cd "$VAR_DIR" && pwd)}
-ARMS="base${VAR_DIR:+ var} new"
+declare -A DIR=([base]=$(cd "${BASE_DIR:?a base source tree}" && pwd) [new]="")  # absolute: the benches run from /tmp
+ARMS="base"
+for arm in var var2; do
+  v=$([ $arm = var ] && echo "${VAR_DIR:-}" || echo "${VAR2_DIR:-}")
+  [ -n "$v" ] && DIR[$arm]=$(cd "$v" && pwd) && ARMS="$ARMS $arm"
+done
+ARMS="$ARMS new"
 mkdir -p "$LOG_DIR"
 export CAKE_CUDA_ARCHS=${CAKE_CUDA_ARCHS:-90a} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 t0=$SECONDS
 python -m pip install --no-build-isolation --no-deps -e . >"$LOG_DIR/build.log" 2>&1 || { tail -30 "$LOG_DIR/build.log"; exit 1; }
 for arm in $ARMS; do
   [ $arm = new ] && continue
-  dir=$([ $arm = base ] && echo "$BASE_DIR" || echo "$VAR_DIR")
-  (cd "$dir" && python setup.py build_ext --inplace >"$LOG_DIR/build-$arm.log" 2>&1) || { tail -30 "$LOG_DIR/build-$arm.log"; exit 1; }
+  (cd "${DIR[$arm]}" && python setup.py build_ext --inplace >"$LOG_DIR/build-$arm.log" 2>&1) || { tail -30 "$LOG_DIR/build-$arm.log"; exit 1; }
 done
 echo "builds: $((SECONDS - t0)) s"
 for i in 1 2 3 4 5 6; do
@@ -24,7 +27,7 @@ for i in 1 2 3 4 5 6; do
   args=${!var:-}
   [ -z "$args" ] && continue
   for arm in $ARMS; do
-    pp=$(case $arm in base) echo "$BASE_DIR/python" ;; var) echo "$VAR_DIR/python" ;; *) echo "" ;; esac)
+    pp=${DIR[$arm]:+${DIR[$arm]}/python}  # empty for new: the installed working tree
     (cd /tmp && PYTHONPATH=$pp timeout "${BENCH_TIMEOUT:-200}" python -c "import cake_rmsnorm, sys; print(cake_rmsnorm.__file__, file=sys.stderr)" &&
       PYTHONPATH=$pp timeout "${BENCH_TIMEOUT:-200}" python -m cake_rmsnorm bench $args --out "$LOG_DIR/$arm-$i") \
       >"$LOG_DIR/$arm-$i.log" 2>&1
