@@ -8,8 +8,8 @@ set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-ab}
 declare -A DIR=([base]=$(cd "${BASE_DIR:?a base source tree}" && pwd) [new]="")  # absolute: the benches run from /tmp
 ARMS="base"
-for arm in var var2; do
-  v=$([ $arm = var ] && echo "${VAR_DIR:-}" || echo "${VAR2_DIR:-}")
+for pair in "var:${VAR_DIR:-}" "var2:${VAR2_DIR:-}"; do
+  arm=${pair%%:*} v=${pair#*:}
   [ -n "$v" ] && DIR[$arm]=$(cd "$v" && pwd) && ARMS="$ARMS $arm"
 done
 ARMS="$ARMS new"

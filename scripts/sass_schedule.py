@@ -24,6 +24,7 @@ import tempfile
 NVCC_FLAGS = ["-O3", "-DCAKE_WITH_CUDA=1", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"]
 REGS_PER_SM, REG_UNIT, MAX_THREADS_PER_SM = 65536, 8, 2048  # sm_90/100: a thread's registers in 8s
 FP_OPS = ("FMUL", "FFMA", "FADD", "FMUL2", "FFMA2", "FADD2")  # sm_100 adds the paired forms
+OPS = re.compile(r"\b(LDG|SHFL|BAR|%s)\b" % "|".join(FP_OPS))
 
 
 def ctas_per_sm(regs, threads):
@@ -46,7 +47,7 @@ def schedule(sass):
     """Loads before the first FP op, and loads before the first shuffle or barrier."""
     first, before_sync, seen_fp = 0, 0, False
     for line in sass.splitlines():
-        op = re.search(r"\b(LDG|SHFL|BAR|FMUL2?|FFMA2?|FADD2?)\b", line)
+        op = OPS.search(line)
         if not op:
             continue
         if op.group(1) in ("SHFL", "BAR"):
