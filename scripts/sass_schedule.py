@@ -8,7 +8,12 @@ For each kernel: registers and spilled bytes (ptxas -v), the 128/256/512-thread 
 registers allow (a ring's shared memory may allow fewer), and "loads first": of the global
 loads (LDG; the ring's cp.async is not counted) issued before the row's first shuffle or
 barrier, how many come before the first floating-point arithmetic (a row whose loads trail its
-arithmetic waits on memory twice; docs/perf/runs/h200-pairs-ab4.md). --src reads another
+arithmetic waits on memory twice; docs/perf/runs/h200-pairs-ab4.md), and "in flight": how many
+of those loads are issued before the first instruction that waits on a scoreboard one of them
+set (the control bits of each instruction's encoding). A wait there stalls the rest of the
+row's loads behind the first ones' memory latency, whatever the source order (ptxas shares its
+six scoreboards: a constant load's wait then waits for x too; docs/perf/runs/h200-pairs-ab5.md).
+--src reads another
 tree (a `git archive` of an older commit) to compare. Needs nvcc, ptxas, and cuobjdump and
 nvdisasm on PATH (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm).
 """
@@ -43,21 +48,37 @@ def entries(ptx):
         yield b.group(1), text + ptx[end:]
 
 
+# cuobjdump -sass: an instruction's line, then its encoding's high 64 bits on the next line.
+INSN = re.compile(r"/\*[0-9a-f]{4}\*/\s+(.*?);\s*/\* 0x[0-9a-f]{16} \*/\s*\n\s*/\* 0x([0-9a-f]{16}) \*/")
+
+
+def instructions(sass):
+    """(text, scoreboard written or None, scoreboards waited on as a mask) of each instruction:
+    the control bits 105..125 of sm_70+ encodings (stall 4, yield 1, write 3, read 3, wait 6)."""
+    for m in INSN.finditer(sass):
+        ctl = int(m.group(2), 16) >> 41
+        wr = (ctl >> 5) & 7
+        yield m.group(1), (None if wr == 7 else wr), (ctl >> 11) & 0x3F
+
+
 def schedule(sass):
-    """Loads before the first FP op, and loads before the first shuffle or barrier."""
-    first, before_sync, seen_fp = 0, 0, False
-    for line in sass.splitlines():
-        op = OPS.search(line)
-        if not op:
-            continue
-        if op.group(1) in ("SHFL", "BAR"):
+    """Loads before the first FP op, loads before the first wait on a load's scoreboard, and
+    loads before the first shuffle or barrier."""
+    first, in_flight, before_sync, seen_fp, waited = 0, 0, 0, False, False
+    loading = set()  # scoreboards an issued load will release
+    for text, wr, wait in instructions(sass):
+        op = OPS.search(text)
+        if op and op.group(1) in ("SHFL", "BAR"):
             break
-        if op.group(1) in FP_OPS:
+        waited = waited or any(wait >> sb & 1 for sb in loading)
+        if op and op.group(1) in FP_OPS:
             seen_fp = True
-        else:
+        elif op:
             before_sync += 1
             first += not seen_fp
-    return first, before_sync
+            in_flight += not waited
+            loading.add(wr)
+    return first, in_flight, before_sync
 
 
 def main():
@@ -73,8 +94,8 @@ def main():
                         "-I", os.path.join(a.src, "csrc", "include"), "-ptx",
                         os.path.join(a.src, "csrc", "api", "gen", a.unit + ".cu"), "-o", ptx_path], check=True)
         ptx = open(ptx_path).read()
-        print("| kernel | registers | spilled B | CTAs of 128 / 256 / 512 | loads first |")
-        print("|---|---|---|---|---|")
+        print("| kernel | registers | spilled B | CTAs of 128 / 256 / 512 | loads first | in flight |")
+        print("|---|---|---|---|---|---|")
         shown = 0
         for name, text in entries(ptx):
             demangled = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
@@ -89,10 +110,10 @@ def main():
             regs = int(re.search(r"Used (\d+) registers", entry).group(1))
             spill = int(re.search(rf"Function properties for {name}\n.*?(\d+) bytes spill stores", log).group(1))
             sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
-            first, total = schedule(sass)
+            first, in_flight, total = schedule(sass)
             short = re.sub(r"cake::|\(cake::FwdParams\)|\(cake::BwdParams\)|void ", "", demangled)
             ctas = " / ".join(str(ctas_per_sm(regs, t)) for t in (128, 256, 512))
-            print(f"| {short} | {regs} | {spill} | {ctas} | {first} of {total} |")
+            print(f"| {short} | {regs} | {spill} | {ctas} | {first} of {total} | {in_flight} of {total} |")
             shown += 1
         if not shown:
             print(f"no kernel of {a.unit} matches {a.match!r}", file=sys.stderr)
