@@ -26,7 +26,8 @@ struct StreamW {
   const void* w;
   int lane, tpr, nvec;
   __device__ __forceinline__ StreamW(const void* w_, int lane_, int tpr_, int nvec_)
-      : w(w_), lane(lane_), tpr(tpr_), nvec(nvec_) {
+      : w(w_), lane(lane_), tpr(tpr_), nvec(nvec_) {}
+  __device__ __forceinline__ void first() {
     if (kW == WLoad::kFirst) load_weights(v, w, lane, tpr, nvec);
   }
   __device__ __forceinline__ void before_sum() {
@@ -65,6 +66,7 @@ constexpr int ring_max_regs() {
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr, int kRows>
 constexpr int stream_max_regs() {
   if (kTpr != 0 || kRows != 1) return 0;  // held: the generic instance only
+  if (VPT == 6 && !RES && kW == WLoad::kBeforeSum && sizeof(WT) == 2) return 80;  // candidate: its load order
   if (VPT != 4 || RES || kW != WLoad::kFirst || !std::is_same<WT, float>::value) return 0;
   return std::is_same<T, __half>::value && kSync == GroupSync::kWarp ? 72 : 80;
 }
@@ -275,6 +277,12 @@ __global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((ring_max_regs<T, 
   fwd_ring<T, WT, RES, VPT, kSync>(p);
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr bool kWBeforeXArch = false;
+#else
+constexpr bool kWBeforeXArch = true;
+#endif
+
 // The streaming forward (a program with stages 0): one row a group and a grid of every row's
 // groups (no persistence, no ring). Each thread loads its first VPT vectors of x (and r)
 // straight into registers (and w, kFirst), so every resident CTA has its rows' loads in flight
@@ -293,6 +301,14 @@ __device__ __forceinline__ void fwd_stream(const FwdParams& p) {
   const int tpr = rg.tpr, lane = rg.lane;
   const int nvec = kTpr > 0 ? kTpr * VPT : p.hidden / kVec;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * (rg.rpc * kRows) + rg.group;
+  // kFirst's w before x where, issued after, w's loads waited for x's first ones (ptxas gave
+  // w's address and those loads one scoreboard): BF16 x, FP32 w, 4 and 6 vectors a thread, on
+  // sm_90 (sass_schedule.py's "in flight"; elsewhere the order moved nothing, lost a CTA an SM,
+  // or, on sm_100, held fewer loads in flight).
+  constexpr bool kWBeforeX = kWBeforeXArch && std::is_same<T, __nv_bfloat16>::value &&
+                             std::is_same<WT, float>::value && pairs_vpt(VPT);
+  StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
+  if (kWBeforeX) w.first();
   bool valid[kRows];  // the last CTA's empty groups still run group_sum's shuffles
   uint4 xv[kRows][VPT], rv[kRows][VPT];
 #pragma unroll
@@ -309,7 +325,7 @@ __device__ __forceinline__ void fwd_stream(const FwdParams& p) {
       if (RES) rv[i][k] = ok ? load16(r + v * kVec) : make_uint4(0, 0, 0, 0);
     }
   }
-  StreamW<WT, VPT, kW> w(p.w, lane, tpr, nvec);
+  if (!kWBeforeX) w.first();
   constexpr bool kRewiden = stream_rewiden<WT, RES, VPT, kW, kTpr>();
 #pragma unroll
   for (int i = 0; i < kRows; ++i)
