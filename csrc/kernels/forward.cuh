@@ -66,7 +66,8 @@ constexpr int ring_max_regs() {
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync, int kTpr, int kRows>
 constexpr int stream_max_regs() {
   if (kTpr != 0 || kRows != 1) return 0;  // held: the generic instance only
-  if (VPT == 6 && !RES && kW == WLoad::kBeforeSum && sizeof(WT) == 2) return 80;  // candidate: its load order
+  // 16-bit V6 with w after the sum: at 80 every load first, three 256-thread CTAs an SM.
+  if (VPT == 6 && !RES && kW == WLoad::kBeforeSum && sizeof(WT) == 2) return 80;
   if (VPT != 4 || RES || kW != WLoad::kFirst || !std::is_same<WT, float>::value) return 0;
   return std::is_same<T, __half>::value && kSync == GroupSync::kWarp ? 72 : 80;
 }
@@ -339,7 +340,7 @@ __global__ void __launch_bounds__(kMaxFwdThreads, stream_min_ctas<kW, VPT>())
   fwd_stream<T, WT, RES, VPT, kW, kSync, kTpr, kRows>(p);
 }
 // The generic instance (runtime width, one row a group) held at stream_max_regs registers
-// (only kFirst: no CTA count of its own to combine with).
+// (kFirst, and V6 kBeforeSum: neither states a CTA count of its own to combine with).
 template <typename T, typename WT, bool RES, int VPT, WLoad kW, GroupSync kSync>
 __global__ void __launch_bounds__(kMaxFwdThreads) __maxnreg__((stream_max_regs<T, WT, RES, VPT, kW, kSync, 0, 1>()))
     rmsnorm_fwd_stream_kernel_held(const FwdParams p) {
