@@ -1,0 +1,37 @@
+"""benchmarks/bench_mean.py: the trimmed mean drops each tail's tenth, and the bench's GPU timer
+still reads its statistic where the wrapper replaces it (else the wrapper times by the median)."""
+
+import importlib.util
+import inspect
+import os
+
+import pytest
+
+import cake_rmsnorm.bench.timing as timing
+
+# The checkout: beside the tests, or CAKE_SOURCE_DIR where the tests run from a copy (ci/smoke_test.sh).
+ROOT = os.environ.get("CAKE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "bench_mean.py")
+pytestmark = pytest.mark.skipif(not os.path.exists(SCRIPT), reason="no checkout with benchmarks/ beside these tests")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_mean", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_trimmed_mean_drops_each_tenth():
+    m = _module()
+    assert m.trimmed_mean([100.0] + [2.0] * 8 + [-50.0]) == 2.0
+    assert m.trimmed_mean([1.0, 2.0, 4.0]) == pytest.approx(7 / 3)  # under ten values: nothing dropped
+    assert m.trimmed_mean(iter([3.0, 1.0])) == 2.0  # measure() passes a generator
+
+
+def test_the_timer_reads_the_statistic_the_wrapper_replaces(monkeypatch):
+    src = inspect.getsource(timing.measure)
+    assert src.count("statistics.median(") == 2  # kernel and event times
+    monkeypatch.setattr(timing, "statistics", timing.statistics)  # restored after the test
+    _module().patch(timing)
+    assert timing.statistics.median([9.0] + [1.0] * 9) == 1.0
