@@ -5,6 +5,8 @@ It patches the bench's timing module, so it runs any snapshot's bench (the modul
 PYTHONPATH): scripts/gpu_ab.sh uses it with BENCH_STAT=mean.
 Usage: python benchmarks/bench_mean.py [bench options], e.g. --ops fwd --tokens 1024 --replays 300"""
 
+import json
+import os
 import statistics
 import sys
 import types
@@ -22,11 +24,25 @@ def patch(timing):
     timing.statistics = types.SimpleNamespace(median=trimmed_mean)
 
 
+def relabel(path):
+    """Say in the result's "timing" what the rows hold (the bench writes "median" there)."""
+    with open(path) as f:
+        data = json.load(f)
+    if "kernel" in data.get("timing", ""):  # a GPU run: the CPU's blocks keep their median
+        data["timing"] = data["timing"].replace("median", "10 %-trimmed mean")
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
+
+
 def main(argv):
     import cake_rmsnorm.bench.timing as timing
     patch(timing)
     from cake_rmsnorm.bench.run import main as bench_main
-    return bench_main(argv)
+    rc = bench_main(argv)
+    out = argv[argv.index("--out") + 1] if "--out" in argv else "bench"
+    if rc == 0 and os.path.exists(out + ".json"):
+        relabel(out + ".json")
+    return rc
 
 
 if __name__ == "__main__":

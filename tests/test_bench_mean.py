@@ -35,3 +35,11 @@ def test_the_timer_reads_the_statistic_the_wrapper_replaces(monkeypatch):
     monkeypatch.setattr(timing, "statistics", timing.statistics)  # restored after the test
     _module().patch(timing)
     assert timing.statistics.median([9.0] + [1.0] * 9) == 1.0
+
+
+def test_a_gpu_result_says_trimmed_mean(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"timing": "GPU kernel time: union of kernel-active intervals per replay (CUPTI), median",'
+                    ' "rows": []}')
+    _module().relabel(str(path))
+    assert "10 %-trimmed mean" in path.read_text() and "median" not in path.read_text()
