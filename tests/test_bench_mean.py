@@ -1,25 +1,18 @@
 """benchmarks/bench_mean.py: the trimmed mean drops each tail's tenth, and the bench's GPU timer
 still reads its statistic where the wrapper replaces it (else the wrapper times by the median)."""
 
-import importlib.util
 import inspect
-import os
 
 import pytest
 
 import cake_rmsnorm.bench.timing as timing
+from checkout import benchmark, load
 
-# The checkout: beside the tests, or CAKE_SOURCE_DIR where the tests run from a copy (ci/smoke_test.sh).
-ROOT = os.environ.get("CAKE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "bench_mean.py")
-pytestmark = pytest.mark.skipif(not os.path.exists(SCRIPT), reason="no checkout with benchmarks/ beside these tests")
+SCRIPT, pytestmark = benchmark("bench_mean")
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_mean", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(SCRIPT)
 
 
 def test_trimmed_mean_drops_each_tenth():

@@ -1,9 +1,7 @@
 """benchmarks/order_accuracy.py: its numpy pairs order is the CPU path's rstd bit for bit (the
 script asserts it), its one-tree order is not, and the JSON holds both orders and the floor."""
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -12,18 +10,13 @@ import pytest
 import torch
 
 import cake_rmsnorm as cr
+from checkout import benchmark, load
 
-# The checkout: beside the tests, or CAKE_SOURCE_DIR where the tests run from a copy (ci/smoke_test.sh).
-ROOT = os.environ.get("CAKE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "order_accuracy.py")
-pytestmark = pytest.mark.skipif(not os.path.exists(SCRIPT), reason="no checkout with benchmarks/ beside these tests")
+SCRIPT, pytestmark = benchmark("order_accuracy")
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("order_accuracy", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(SCRIPT)
 
 
 def test_the_script_runs_and_writes_both_orders(tmp_path):

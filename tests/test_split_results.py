@@ -2,15 +2,14 @@
 with its row, and the table (and plot, where matplotlib imports) land beside each JSON."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-# The checkout: beside the tests, or CAKE_SOURCE_DIR where the tests run from a copy (ci/smoke_test.sh).
-ROOT = os.environ.get("CAKE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "split_results.py")
+from checkout import benchmark
+
+SCRIPT, needs_script = benchmark("split_results")
 META = {"gpu": "test gpu", "torch": "0", "copy_TBps": 4.25, "timing": "test timing"}
 
 
@@ -22,7 +21,7 @@ def _row(op, H, T, cake, peer, floor=None, per_head=0):
     return r
 
 
-@pytest.mark.skipif(not os.path.exists(SCRIPT), reason="no checkout with benchmarks/ beside these tests")
+@needs_script
 def test_split_keeps_the_first_runs_rows_and_writes_tables(tmp_path):
     a = tmp_path / "a.json"
     b = tmp_path / "b.json"
