@@ -1,6 +1,6 @@
 """`python -m cake_rmsnorm bench` with each row's kernel time the 10 %-trimmed mean of its replays
-instead of the median. The profiler's timestamps step by 0.125 us, so a median moves by a whole
-step (3-6 % of a 2-4 us kernel); a mean over a few hundred replays resolves well under a step.
+instead of the median. The profiler's timestamps step by 0.125 us, so a median moves by whole
+steps (3-14 % of a 1.75-4 us kernel); a mean over a few hundred replays resolves well under a step.
 It patches the bench's timing module, so it runs any snapshot's bench (the module on
 PYTHONPATH): scripts/gpu_ab.sh uses it with BENCH_STAT=mean.
 Usage: python benchmarks/bench_mean.py [bench options], e.g. --ops fwd --tokens 1024 --replays 300"""
