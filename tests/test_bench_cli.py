@@ -1,11 +1,13 @@
 """The benchmark CLI's dtype options (the CPU smoke run; the GPU protocol is not a test)."""
 
 import json
+import os
 
 import pytest
 import torch
 
 from cake_rmsnorm.bench.run import main
+from checkout import ROOT
 
 
 def test_weight_must_be_the_activation_dtype_or_fp32(capsys):
@@ -161,3 +163,54 @@ def test_bad_widths_are_argparse_errors(bad, capsys):
         main(["--hidden", bad])
     assert e.value.code == 2
     assert "--hidden" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--ops", "forward"], "--ops forward: choose from fwd,bwd,step"),
+    (["--peers", "xyz"], "--peers xyz: choose from F,tc,lg,qk"),
+    (["--shapes", "/nonexistent.json"], "--shapes"),
+])
+def test_bad_arguments_are_refused_by_name(capsys, argv, text):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and text in capsys.readouterr().err
+
+
+def test_options_have_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for opt in ("--ops", "--peers", "--mode", "--replays", "--shapes"):
+        assert out.split(opt, 1)[1].split("\n  --", 1)[0].strip(), f"{opt} has no help"
+
+
+def test_shape_files_are_checked(tmp_path):
+    from cake_rmsnorm.bench.run import load_shapes
+
+    good = tmp_path / "s.json"
+    good.write_text('[{"H": 896, "T": 777, "weight": "fp32", "family": "x"}, {"H": 128, "T": 9, "per_head": 32}]')
+    rows = load_shapes(str(good))
+    assert rows[0]["weight"] == "fp32" and rows[1]["per_head"] == 32 and rows[1]["residual"] is False
+    for text in ('[{"H": 900, "T": 1}]', '[{"H": 512}]', '[{"H": 512, "T": 1, "colour": 3}]', "{}"):
+        good.write_text(text)
+        with pytest.raises(ValueError):
+            load_shapes(str(good))
+
+
+def test_the_heldout_set_loads():
+    from cake_rmsnorm.bench.run import load_shapes
+
+    path = os.path.join(ROOT, "docs", "perf", "heldout", "shapes.json")
+    if not os.path.exists(path):
+        pytest.skip("no checkout with docs/ beside these tests")
+    rows = load_shapes(path)
+    assert len(rows) >= 50 and len({r["H"] for r in rows}) >= 15
+
+
+def test_replay_times_name_each_arms_kernels():
+    from cake_rmsnorm.bench.timing import replay_times
+
+    k = [(0, 1, "bitwise_not"), (1, 3, "rms_a"), (2, 4, "rms_b"), (5, 6, "bitwise_not"), (6, 7, "cute_rms"),
+         (8, 9, "bitwise_not")]
+    got = replay_times(k, ["ours", "peer"], {"ours": 1.0, "peer": 2.0})
+    assert got["ours"] == (3.0, 1.0, ["rms_a", "rms_b"]) and got["peer"] == (1.0, 2.0, ["cute_rms"])

@@ -19,7 +19,8 @@ H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
 T_DEFAULT = [256, 1024, 4096, 16384, 65536]
 COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (read + written bytes)
 FLOOR = "floor"  # the traffic floor's key in a row (peers.make_floor), never a peer
-PATHS = ("autograd", "op")  # the user's path (the headline) and the functional op path
+PATHS = ("autograd", "op")
+OPS = ("fwd", "bwd", "step")  # the user's path (the headline) and the functional op path
 ESIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
@@ -63,7 +64,32 @@ def _progress(i, n, label):
         sys.stderr.write("\n")
 
 
+SHAPE_KEYS = {"H", "T", "residual", "per_head", "weight", "family"}
+
+
+def load_shapes(path):
+    """A shape list (docs/perf/heldout/shapes.json): H, T and optionally residual, per_head (heads
+    of a [T, heads, H] view), weight ("bf16", "fp16" or "fp32") and family (a label)."""
+    with open(path) as f:
+        rows = json.load(f)
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: a JSON list of shapes")
+    out = []
+    for i, r in enumerate(rows):
+        extra = set(r) - SHAPE_KEYS if isinstance(r, dict) else None
+        if extra is None or extra or not {"H", "T"} <= set(r):
+            raise ValueError(f"{path}: shape {i} must be an object with H and T (keys {sorted(SHAPE_KEYS)})")
+        if r["H"] < 8 or r["H"] % 8 or r["T"] < 1 or r.get("weight", "bf16") not in ESIZE:
+            raise ValueError(f"{path}: shape {i} ({r}): H a positive multiple of 8, T positive, weight one of "
+                             f"{sorted(ESIZE)}")
+        out.append(dict(H=r["H"], T=r["T"], residual=bool(r.get("residual", False)),
+                        per_head=int(r.get("per_head", 0)), weight=r.get("weight"), family=r.get("family")))
+    return out
+
+
 def shapes(args):
+    if getattr(args, "shapes", None):
+        return load_shapes(args.shapes)
     out = []
     for H in args.hidden:
         for T in args.tokens:
@@ -88,10 +114,12 @@ def head_views(s):
     return views
 
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
 def _dtypes(args):
     """(weight dtype, activation dtype) of the --weight and --dtype options."""
-    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-    return table[args.weight], table[args.dtype]
+    return DTYPES[args.weight], DTYPES[args.dtype]
 
 
 def run_gpu(args, on_row=lambda rows, missing: None):
@@ -103,7 +131,8 @@ def run_gpu(args, on_row=lambda rows, missing: None):
     wdtype, dtype = _dtypes(args)
     for i, (s, op) in enumerate(todo):
         _progress(i, len(todo), f"{op} H={s['H']} T={s['T']}{' res' if s['residual'] else ''}")
-        case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=wdtype, dtype=dtype)
+        weight = s.get("weight") or args.weight  # a shape file's own weight dtype, else --weight
+        case = Case(s["T"], s["H"], s["residual"], s["per_head"], wdtype=DTYPES[weight], dtype=dtype)
         impls = _cake_arms(case, args.paths, deterministic=args.mode == "det")
         for key, maker in peers.items():
             try:
@@ -121,9 +150,14 @@ def run_gpu(args, on_row=lambda rows, missing: None):
                 print(f"\n{key} could not be captured for {op} {s}: {type(e).__name__}: {e}", file=sys.stderr)
         res = measure(graphs, args.replays)
         floor_us = res.pop(FLOOR, None)  # a reference, kept out of the peers' columns
-        nbytes = logical_bytes(op, case.rows, s["H"], s["residual"], ESIZE[args.dtype], ESIZE[args.weight])
-        base = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": args.weight,
+        nbytes = logical_bytes(op, case.rows, s["H"], s["residual"], ESIZE[args.dtype], ESIZE[weight])
+        base = {"op": op, "H": s["H"], "T": s["T"], "residual": s["residual"], "weight": weight,
                 "dtype": args.dtype, "per_head": s["per_head"], "mode": args.mode, "bytes": nbytes}
+        if s.get("family"):
+            base["family"] = s["family"]
+        # The kernels each arm ran, from the profiler's names: which backend a peer really used.
+        base["kernels"] = {k: v[2] for k, v in res.items() if not k.startswith("cake@")}
+        base["kernels"]["cake"] = sorted({n for k, v in res.items() if k.startswith("cake@") for n in v[2]})
         if floor_us is not None:
             base["floor_us"] = round(floor_us[0], 3)
         rows += _rows_by_path(base, {k: round(v[0], 3) for k, v in res.items()},
@@ -153,6 +187,8 @@ def cpu_ignored(args):
         out["--peers"] = f"{','.join(extra)} run on a GPU only; the CPU run compares with F.rms_norm"
     if args.floor:
         out["--floor"] = "the traffic floor is a GPU measurement"
+    if getattr(args, "shapes", None):
+        out["--shapes"] = "the CPU run times small plain shapes (--hidden / --tokens)"
     return out
 
 
@@ -234,6 +270,13 @@ def markdown(rows, title, ceiling=True):
             fu = r.get("floor_us")
             line += f" {fu:.1f} | {r['bytes'] / fu / 1e3:.0f} |" if fu else " - | - |"
         lines.append(line)
+    used = {}  # arm -> the distinct kernels it ran over these rows (GPU runs record them)
+    for r in rows:
+        for arm, names in r.get("kernels", {}).items():
+            used.setdefault(arm, set()).update(names)
+    if used:
+        lines += ["", "Kernels each arm ran (profiler names):", ""]
+        lines += [f"- {arm}: " + ", ".join(f"`{n[:90]}`" for n in sorted(names)) for arm, names in sorted(used.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -307,7 +350,9 @@ def _host_main(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m cake_rmsnorm bench", description=__doc__)
-    p.add_argument("--ops", default="fwd,bwd,step", type=lambda s: s.split(","))
+    p.add_argument("--ops", default="fwd,bwd,step", type=lambda s: [v for v in s.split(",") if v],
+                   help=f"comma-separated subset of {','.join(OPS)}: forward, backward from saved tensors, "
+                        "forward + backward (default: all three)")
     p.add_argument("--hidden", default=None, type=int_list, help=f"widths (default {H_DEFAULT}; --host: 4096)")
     p.add_argument("--tokens", default=None, type=int_list, help=f"token counts (default {T_DEFAULT}; --host: 8)")
     p.add_argument("--host", action="store_true",
@@ -317,7 +362,12 @@ def main(argv=None):
     p.add_argument("--per-head", nargs="?", const=[(24, 256)], default=None, type=head_views,
                    help="add per-head views [T, heads, dim] at T >= 1024: alone [T, 24, 256], or a list "
                         "such as 32x128,8x128,16x64,24x256")
-    p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v])
+    p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v],
+                   help="comma-separated subset of " + ", ".join(f"{k} ({v[0]})" for k, v in PEERS.items())
+                        + " (default: all; a peer that is not installed is skipped, and said so)")
+    p.add_argument("--shapes", default=None, metavar="FILE",
+                   help="a JSON list of shapes in place of --hidden/--tokens/--residual/--per-head: H, T and "
+                        "optionally residual, per_head, weight, family (docs/perf/heldout/shapes.json)")
     p.add_argument("--weight", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weight dtype: the activation dtype (default) or fp32 (any of the three with fp32 x)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
@@ -326,10 +376,12 @@ def main(argv=None):
                    help="our arms, one row each from the same paired run: autograd (the user's path: "
                         "cake_rmsnorm with autograd, dw in w's dtype) and op (functional calls, preallocated "
                         "workspace, FP32 dw)")
-    p.add_argument("--mode", default="det", choices=["det", "nondet"])
+    p.add_argument("--mode", default="det", choices=["det", "nondet"],
+                   help="our backward's deterministic flag (det, the default; nondet runs the same "
+                        "deterministic kernels: docs/python_api.md)")
     p.add_argument("--floor", action="store_true",
                    help="also time torch elementwise ops of each op's traffic (row['floor_us']; not a peer)")
-    p.add_argument("--replays", default=30, type=int)
+    p.add_argument("--replays", default=30, type=int, help="paired replays an arm (GPU; default 30)")
     p.add_argument("--out", default="bench", help="output prefix: PREFIX.json, PREFIX.md, PREFIX.png")
     p.add_argument("--quick", action="store_true",
                    help="H 2048 only: T 1024 and 16384 on a GPU, T 256 on the CPU")
@@ -339,6 +391,17 @@ def main(argv=None):
             if v < low or (name == "--hidden" and v % 8):
                 p.error(f"{name} {v}: " + ("widths are positive multiples of 8" if name == "--hidden"
                                             else "token counts are positive"))
+    bad = [v for v in args.ops if v not in OPS] or (not args.ops and ["(none)"])
+    if bad:
+        p.error(f"--ops {','.join(bad)}: choose from {','.join(OPS)}")
+    bad = [v for v in args.peers if v not in PEERS]
+    if bad:
+        p.error(f"--peers {','.join(bad)}: choose from {','.join(PEERS)}")
+    if args.shapes:
+        try:
+            load_shapes(args.shapes)
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            p.error(f"--shapes: {e}")
     if args.weight is None:
         args.weight = args.dtype
     if args.dtype != "fp32" and args.weight not in (args.dtype, "fp32"):

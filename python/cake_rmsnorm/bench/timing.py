@@ -49,8 +49,9 @@ def _kernel_events(prof):
 
 
 def measure(graphs, replays=30):
-    """{name: (kernel_us_median, event_us_median)} for graphs {name: CUDAGraph}, interleaved
-    replay by replay (order rotated each round) with a marker kernel before each replay."""
+    """{name: (kernel_us_median, event_us_median, kernel names)} for graphs {name: CUDAGraph},
+    interleaved replay by replay (order rotated each round) with a marker kernel before each
+    replay."""
     names = list(graphs)
     marker = torch.empty(MARKER_BYTES // 4, dtype=torch.int32, device="cuda")
     # Event-timed pass.
@@ -78,7 +79,15 @@ def measure(graphs, replays=30):
                 sequence.append(n)
         marker.bitwise_not_()
         torch.cuda.synchronize()
-    kernels = _kernel_events(prof)
+    return replay_times(_kernel_events(prof), sequence, event_us)
+
+
+def replay_times(kernels, sequence, event_us):
+    """{name: (kernel_us_median, event_us_median, kernel names)} from the profiler's GPU activity
+    (start, end, name): the marker kernels split it into replays, `sequence` names the arm of
+    each. The names are the distinct kernels an arm ran, so a row says which kernel a peer
+    actually used (torch may route F.rms_norm to another backend; Liger's functional call and
+    its module differ)."""
     spans, current = [], None
     for start, end, name in kernels:
         if "bitwise_not" in name:
@@ -86,10 +95,12 @@ def measure(graphs, replays=30):
                 spans.append(current)
             current = []
         elif current is not None:
-            current.append((start, end))
+            current.append((start, end, name))
     if len(spans) != len(sequence):
         raise RuntimeError(f"profiler saw {len(spans)} replays, expected {len(sequence)}")
-    kt = {n: [] for n in names}
+    kt = {n: [] for n in event_us}
+    names = {n: set() for n in event_us}
     for n, iv in zip(sequence, spans):
-        kt[n].append(_union(iv))
-    return {n: (statistics.median(kt[n]), event_us[n]) for n in names}
+        kt[n].append(_union([(a, b) for a, b, _ in iv]))
+        names[n].update(k for _, _, k in iv)
+    return {n: (statistics.median(kt[n]), event_us[n], sorted(names[n])) for n in event_us}
