@@ -2,7 +2,7 @@
 translation unit a (direction, activation dtype, vectors a thread), each holding that slice of
 the registry (csrc/api/registry.cuh: the keys dispatch/kernel_key.h's `compiled` admits), and
 csrc/api/gen/units.h, which maps a key's (direction, dtype, VPT) to its unit. The VPT lists
-are programs.h's kFwdVpts and kBwdVpts, read from the header.
+are contract.h's kFwdVpts and kBwdVpts, read from the header.
 
     python scripts/gen_instances.py           # write
     python scripts/gen_instances.py --check   # exit 1 if a committed file differs or is missing
@@ -20,7 +20,7 @@ DIRECTIONS = {"fwd": ("forward_kernel_of", "kFwdVpts"), "bwd": ("backward_kernel
 
 
 def vpts(name):
-    text = (ROOT / "csrc" / "dispatch" / "programs.h").read_text()
+    text = (ROOT / "csrc" / "dispatch" / "contract.h").read_text()
     m = re.search(rf"constexpr int {name}\[\] = {{([^}}]*)}};", text)
     return [int(v) for v in m.group(1).split(",")]
 

@@ -62,16 +62,34 @@ def test_windows_command_lists_the_windows(capsys):
     assert cli(["windows", "--hidden", "2048,6144", "--sm", "90", "--route", "fwd", "--route", "bwd"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        "sm_90a fwd H=2048: (0, 1024] general_t128x2_v2_s0 | (1024, 2048] general_t64x4_v4_s0 | "
+        "sm_90a (132 SMs) fwd H=2048: (0, 1024] general_t128x2_v2_s0 | (1024, 2048] general_t64x4_v4_s0 | "
         "(2048, 8191] general_t64x4_v4_s2 | (8191, inf) general_t64x4_v4_s0",
-        "sm_90a bwd H=2048: (0, inf) general_t128x1_v2_s2",
-        "sm_90a fwd H=6144: (0, 512] general_t256x1_v3_s0 | (512, 2730] general_t128x2_v6_s2 | "
+        "sm_90a (132 SMs) bwd H=2048: (0, inf) general_t128x1_v2_s2",
+        "sm_90a (132 SMs) fwd H=6144: (0, 512] general_t256x1_v3_s0 | (512, 2730] general_t128x2_v6_s2 | "
         "(2730, inf) general_t128x2_v6_s0",
-        "sm_90a bwd H=6144: (0, inf) general_t256x1_v3_s2",
+        "sm_90a (132 SMs) bwd H=6144: (0, inf) general_t256x1_v3_s2",
     ]
     with pytest.raises(SystemExit) as e:
         cli(["windows", "--hidden", "100", "--sm", "90"])
     assert e.value.code == 2 and "multiple of 8" in capsys.readouterr().err
+    # 264 SMs: the streaming edges twice as far (they count CTAs and elements), the groups as they were.
+    assert cli(["windows", "--hidden", "6144", "--sm", "90", "--sms", "264", "--route", "fwd"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "sm_90a (264 SMs) fwd H=6144: (0, 1024] general_t256x1_v3_s0 | (1024, 5461] general_t128x2_v6_s2 | "
+        "(5461, inf) general_t128x2_v6_s0")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-device default")
+def test_windows_without_a_device_shows_every_architecture(capsys):
+    from cake_rmsnorm.__main__ import main as cli
+
+    assert cli(["windows", "--hidden", "4096", "--route", "bwd"]) == 0
+    captured = capsys.readouterr()
+    assert [line.split(" bwd")[0] for line in captured.out.splitlines()] == [
+        "sm_90a (132 SMs)", "sm_100a (148 SMs)", "sm_103a (152 SMs)", "sm_107a (212 SMs)"]
+    assert "no CUDA device" in captured.err
+    assert cli(["windows", "--hidden", "4096", "--sm", "100", "--route", "bwd", "--plan", "12345"]) == 0
+    assert "sm_100a bwd H=4096 T=12345" in capsys.readouterr().out
 
 
 def test_floor_moves_each_ops_traffic_and_stays_out_of_the_peers():

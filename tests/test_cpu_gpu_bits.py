@@ -1,5 +1,5 @@
 """The CPU path computes each row's sums in the GPU kernels' order (kernels/cpu/row_order.h,
-dispatch/plan.h row_order_group), so y, rstd, h_new and dx are bitwise the GPU's, as dw is:
+dispatch/contract.h row_order_group), so y, rstd, h_new and dx are bitwise the GPU's, as dw is:
 at every window edge of both forward routes (every program a width's plan chooses), BF16,
 FP16 and FP32 activations, a 16-bit and an FP32 weight, with and without the residual streams.
 A row's CPU outputs do not depend on T, so at large T the GPU's first and last rows are held

@@ -12,11 +12,10 @@ import sys
 import pytest
 
 import cake_rmsnorm as cr
-from cake_rmsnorm.__main__ import plans_text, windows_text
+from cake_rmsnorm.__main__ import REFERENCE_SMS, plans_text, windows_text
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
-# Each architecture's own SM count (H200; B200, GB300 and R200 as FlashInfer's tables name them).
-SMS = {90: 132, 100: 148, 103: 152, 107: 212}
+SMS = REFERENCE_SMS  # each architecture at its reference device's SM count
 # Real model widths, the BENCH matrix's, narrow exact rows and widths that are not powers of two.
 WIDTHS = [64, 128, 256, 512, 520, 768, 896, 1000, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144,
           7168, 8192, 8200, 12288, 16384]
@@ -28,7 +27,7 @@ FP32_X_TOKENS = [1, 256, 4096, 65536]
 
 def golden_text(sm):
     sms = SMS[sm]
-    parts = [windows_text(WIDTHS, sm),
+    parts = [windows_text(WIDTHS, sm, sms=sms),
              plans_text(WIDTHS, TOKENS, sm, sms),
              "# FP32 w", plans_text(FP32_W_WIDTHS, TOKENS, sm, sms, ["fwd", "bwd"], weight_fp32=True),
              "# FP32 x", plans_text(FP32_X_WIDTHS, FP32_X_TOKENS, sm, sms, dtype="fp32")]

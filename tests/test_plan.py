@@ -21,15 +21,24 @@ def window_program(route, hidden, T):
 @pytest.mark.parametrize("T", [1, 2, 256, 1024, 4096, 65536])
 def test_plan_runs_the_window_program(route, H, T):
     # With a 16-bit w every window's program runs as named (a streaming group of several rows
-    # has its instance); the backward names the table's program, its pair twin aside, and at
-    # the fewest chunks its one launch, whose row groups take one row each (a one-row ring).
+    # has its instance); the backward runs the table's row group and CTA, its ring the plan's
+    # (a row deeper where the grid leaves its SMs' rings short: plan.h, backward_stages), its
+    # pair twin (the CTA doubled when it holds one group, a one-row ring) where pairs fit, at
+    # the fewest chunks its one launch (a one-row ring), and warp chunks in CTAs of 8 warps.
     plan = cr.launch_plan(route, H, T, **H200)
     want = window_program(route, H, T)
+    head, stages = want.rsplit("_s", 1)
+    tpr, groups = (int(v) for v in head.split("_t")[1].split("_")[0].split("x"))
     if "one_launch" in plan:
-        want = want.rsplit("_s", 1)[0] + "_s1"
-    if plan.get("warp_chunks"):  # the program's groups in CTAs of 8 warps
-        tpr = int(want.split("_t")[1].split("x")[0])
-        want = f"{want.split('x')[0]}x{256 // tpr}_{want.split('_', 2)[2]}"
+        want = head + "_s1"
+    elif plan.get("warp_chunks"):
+        want = f"{head.split('x')[0]}x{256 // tpr}_{head.split('_', 2)[2]}_s{stages}"
+    elif "pairs" in plan and plan["launch"]["instance"]["pair"]:
+        pair_groups = groups if groups % 2 == 0 else 2 * groups
+        want = f"{head.split('x')[0]}x{pair_groups}_{head.split('_', 2)[2]}_s1"
+    elif route.startswith("bwd"):
+        assert plan["program"].rsplit("_s", 1)[1] in (stages, "3")
+        want = head + "_s" + plan["program"].rsplit("_s", 1)[1]
     assert plan["program"] == want
 
 
@@ -83,8 +92,9 @@ def test_windows_cli_prints_plans(capsys):
     from cake_rmsnorm.__main__ import main
     assert main(["windows", "--hidden", "512", "--sm", "90", "--sms", "132", "--plan", "256", "--route", "bwd"]) == 0
     out = capsys.readouterr().out
-    assert "bwd H=512 T=256: general_t32x4_v2_s2" in out and "chunks 128" in out and "pairs" in out
-    assert "-> bwd_rows[v2, bfloat16 w, tpr 32] 32 x 128, smem" in out and "; finalize " in out
+    assert "bwd H=512 T=256: general_t32x4_v2_s1" in out and "chunks 128" in out and "pairs" in out
+    assert "bwd_rows[v2, bfloat16 w, pair, tpr 32] 64 x 128" in out  # the launch bounds' residency fits pairs
+    assert "; finalize " in out
 
 
 def test_only_sm90_tables_are_measured():
@@ -229,7 +239,9 @@ def test_plan_reports_its_launch(route, dtype):
             assert launch["finalize"] == {"grid": -(-H // cols), "block": cols * lanes}
             groups = max(g["groups_per_cta"] // (2 if inst["pair"] else 1), 1)
             per_cta = launch["block"] // 32 if p.get("warp_chunks") else groups
-            assert launch["grid"] == -(-p["chunks"] // per_cta), (route, H, T, p)  # no residency known: uncapped
+            # Persistent: at most a CTA a chunk (unit), at least every SM where there are enough.
+            wanted = -(-p["chunks"] // per_cta)
+            assert min(wanted, 132) <= launch["grid"] <= wanted, (route, H, T, p)
 
 
 @pytest.mark.gpu

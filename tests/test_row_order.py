@@ -103,9 +103,9 @@ def row_sum(leaves, tpr, vectors, pairs, fp32):
 
 
 def order(H, fp32, backward):
-    """The row group dispatch/plan.h row_order_group names, through the public window tables."""
+    """The row group dispatch/contract.h row_order_group names, through the public window tables."""
     if fp32:
-        vectors = 2 if backward else 4  # the sm_90a table's fp32_bwd_vectors / fp32_fwd_vectors
+        vectors = 2 if backward else 4  # the contract's fp32_bwd_vectors / fp32_fwd_vectors (contract.h, kGroupRule)
         tpr = 1
         while tpr * vectors < H // 4 and tpr < 512:
             tpr *= 2

@@ -99,7 +99,7 @@ size_t workspace_bytes(int64_t chunks, int64_t hidden) {
 
 }  // namespace
 
-// The CPU path sums a row in the GPU kernels' order (dispatch/plan.h, row_order_group).
+// The CPU path sums a row in the GPU kernels' order (dispatch/contract.h, row_order_group).
 static cake::cpu::RowOrder cpu_order(int64_t hidden, bool backward, bool fp32) {
   const cake::RowOrderGroup g = cake::row_order_group(hidden, backward, fp32);
   return cake::cpu::RowOrder{g.tpr, g.vectors, g.pairs, g.fp32};

@@ -18,12 +18,12 @@ cake_rmsnorm_group group_of(const cake::Program& p) {
 
 }  // namespace
 
-extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
-                                            cake_rmsnorm_window* out, int capacity) {
+extern "C" int cake_rmsnorm_program_windows_sms(const char* route, int64_t hidden, int sm, int64_t sms,
+                                                cake_rmsnorm_window* out, int capacity) {
   cake::Route r;
-  if (!cake::parse_route(route, &r) || capacity < 0 || (capacity > 0 && out == nullptr)) return -1;
+  if (!cake::parse_route(route, &r) || capacity < 0 || (capacity > 0 && out == nullptr) || sms < 0) return -1;
   cake::Window tmp[16];
-  const int n = cake::windows_for(r, hidden, sm, tmp, 16);
+  const int n = cake::arch_known(sm) ? cake::windows_for(r, hidden, cake::device_table(sm, sms), tmp, 16) : -1;
   for (int i = 0; i < n && i < capacity && i < 16; ++i) {
     out[i].above = tmp[i].above;
     out[i].at_most = tmp[i].at_most;
@@ -31,6 +31,11 @@ extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, i
     out[i].group = group_of(tmp[i].program);
   }
   return n;
+}
+
+extern "C" int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm, cake_rmsnorm_window* out,
+                                            int capacity) {
+  return cake_rmsnorm_program_windows_sms(route, hidden, sm, 0, out, capacity);
 }
 
 namespace {
@@ -120,7 +125,9 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   cake::DeviceFacts facts{sm, sms, nullptr};
   if (sm == 0 && !cake::device_facts_here(&facts)) return -1;
   cake::Window tmp[cake::kMaxWindows];
-  if (cake::windows_for(r, hidden, facts.sm, tmp, cake::kMaxWindows) < 0) return -1;
+  if (!cake::arch_known(facts.sm) ||
+      cake::windows_for(r, hidden, cake::device_table(facts.sm, facts.sms), tmp, cake::kMaxWindows) < 0)
+    return -1;
   *out = cake_rmsnorm_plan{};
   out->table_measured = cake::arch_table(facts.sm).measured;
   const bool fwd = cake::is_forward(r);

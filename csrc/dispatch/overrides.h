@@ -19,13 +19,14 @@ struct Overrides {
   int warp_chunk_rows = -1;    // -1: ArchTable::bwd_warp_chunk_rows
 };
 
-// The program a launch of `rows` rows on `route` uses on architecture `sm`; false if an
-// overriding program cannot run the route (its ring too large for the residual stream, or a
-// pairs group narrower than the row).
-inline bool program_for(Route route, int64_t hidden, int64_t rows, int sm, const Overrides& o, Program* out) {
+// The program a launch of `rows` rows on `route` uses on architecture `sm` with `sms` SMs; false
+// if an overriding program cannot run the route (its ring too large for the residual stream, or
+// a pairs group narrower than the row).
+inline bool program_for(Route route, int64_t hidden, int64_t rows, int sm, int64_t sms, const Overrides& o,
+                        Program* out) {
   const bool backward = !is_forward(route);
   const Program& p = o.program[backward ? 1 : 0];
-  *out = p.tpr == 0 ? select_program(route, hidden, rows, sm) : p;
+  *out = p.tpr == 0 ? select_program(route, hidden, rows, sm, sms) : p;
   out->exact_instances = o.exact_groups;
   return p.tpr == 0 || (program_valid(p, backward, has_residual(route), arch_table(sm).smem_per_cta) &&
                         holds_pairs_row(p, backward, hidden));

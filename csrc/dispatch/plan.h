@@ -1,8 +1,9 @@
-// One launch's plan: everything about a call that is not its data, resolved from the window
-// tables (windows.h) and the call's shape, weight dtype and route. resolve.h maps a plan to its
-// kernel key and grid; the two device facts a plan needs (the SM count, and a pair kernel's
-// resident CTAs) are passed in. CUDA-free and torch-free, so the C API's plan query
-// (program_windows.cpp) reports what a call runs.
+// One launch's plan: everything about a call that is not its data, from the window tables
+// (windows.h), the call's shape, weight dtype and route, the architecture's tuning table and the
+// device's facts (its SM count and each instance's resident CTAs). The backward's plan is one
+// function (plan_backward) down to its kernel, grid, ring and finalize; resolve.h wraps the
+// forward's. CUDA-free and torch-free, so the C API's plan query (program_windows.cpp) reports
+// what a call runs.
 #pragma once
 
 #include <stdint.h>
@@ -18,7 +19,7 @@ namespace cake {
 // A program of several rows a group with no instance for them runs the ring program of its row
 // group instead, with the same bits: with an FP32 w that ring measured faster than one row a
 // group (docs/perf/dispatch.md#rows-fallback).
-constexpr Program without_rows(Program prog, bool w_fp32, bool residual, const ArchTable& t = kSm90) {
+constexpr Program without_rows(Program prog, bool w_fp32, bool residual, const ArchTable& t) {
   if (prog.group_rows == 1 || multirow_instance(w_fp32, residual, prog.vpt)) return prog;
   Program ring = shaped(Program{prog.tpr, 0, prog.vpt, 0, 1}, forward_groups(prog.tpr, t), t.fwd_cta_cap, false, t);
   ring.exact_instances = prog.exact_instances;
@@ -39,7 +40,7 @@ struct FwdPlan {
 // only from 2^26 elements); narrow groups and the residual route load w first, where the exact
 // narrow groups take their constant-width instance.
 constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, bool w_fp32, bool residual,
-                               const ArchTable& t = kSm90) {
+                               const ArchTable& t) {
   FwdPlan f{without_rows(table, w_fp32, residual, t), GroupSync::kNamed, WLoad::kFirst, false};
   if (f.program.vpt <= 4 && f.program.tpr <= 32) f.sync = GroupSync::kWarp;
   if (f.program.stages != 0) return f;  // the ring kernel
@@ -55,6 +56,38 @@ constexpr FwdPlan plan_forward(const Program& table, int hidden, int64_t rows, b
   // Only the constant-width instances take several rows a group; any other runs one.
   if (!f.constant_width || !multirow_instance(w_fp32, residual, f.program.vpt)) f.program.group_rows = 1;
   return f;
+}
+
+// ---- device facts -------------------------------------------------------------------------
+
+// What a plan asks of the device: its architecture and SM count, and the CTAs of an instance
+// resident on it at a block and shared-memory size (0: unknown). Asking also makes the instance
+// launchable with that shared memory (api/execute.cu), so a launch needs no second query.
+// Without a device (the plan query) residency is the launch bounds' guarantee (below).
+struct DeviceFacts {
+  int sm;
+  int64_t sms;
+  int64_t (*resident)(const KernelKey& key, int block, size_t smem);  // null: unknown
+};
+// Without a device: the CTAs an SM that the backward's launch bounds guarantee (params.h: at most
+// 65536 / (kMaxBwdThreads * kBwdMinBlocks) registers a thread, the wide instances' at 512 x 1),
+// at most 2048 threads and 228 KB of shared memory (1 KB reserved a CTA) an SM, as on every
+// shipped architecture; 0 (unknown) for the forward's instances, whose register caps differ by
+// instance. A device's own count (the occupancy query) is at least this.
+constexpr int64_t kRegsPerSm = 65536, kThreadsPerSm = 2048, kSmemPerSm = 228 * 1024, kSmemPerCtaReserved = 1024;
+constexpr int64_t resident_bound_per_sm(const KernelKey& k, int block, size_t smem) {
+  const bool wide = k.family == Family::kBwdWide || k.family == Family::kBwdOneWide;
+  const bool rows = wide || k.family == Family::kBwdRows || k.family == Family::kBwdOne ||
+                    k.family == Family::kBwdWarpChunks;
+  if (!rows || block <= 0) return 0;
+  const int64_t regs = wide ? kRegsPerSm / kMaxBwdWideThreads : kRegsPerSm / (kMaxBwdThreads * kBwdMinBlocks);
+  int64_t n = kRegsPerSm / (regs * block);
+  if (kThreadsPerSm / block < n) n = kThreadsPerSm / block;
+  const int64_t by_smem = kSmemPerSm / (static_cast<int64_t>(smem) + kSmemPerCtaReserved);
+  return by_smem < n ? by_smem : n;
+}
+constexpr int64_t ask_resident(const DeviceFacts& d, const KernelKey& k, int block, size_t smem) {
+  return d.resident != nullptr ? d.resident(k, block, smem) : resident_bound_per_sm(k, block, smem) * d.sms;
 }
 
 // ---- backward ---------------------------------------------------------------------------
@@ -118,23 +151,64 @@ constexpr int64_t one_launch_dw_ctas(const Program& prog, int hidden, int64_t ro
 // Warp chunks (kernels/backward_warp_chunks.cuh): for the narrow programs whose groups cover a row
 // exactly (params.h, warp_chunks_instance), where a chunk holds at least ArchTable::bwd_warp_chunk_rows rows,
 // a warp takes each chunk, its 32 / tpr groups a row each, instead of one group a chunk; the
-// same dx and dw bits.
-// The kernel is a compile-time width's, so the exact-groups hook's runtime-width runs
-// (Program::exact_instances false) keep the row kernel.
+// same dx and dw bits. The kernel is a compile-time width's, so the exact-groups hook's
+// runtime-width runs (Program::exact_instances false) keep the row kernel.
 constexpr bool warp_chunks_fit(const Program& prog, int hidden, int64_t chunk_rows, int min_chunk_rows) {
   return prog.exact_instances && min_chunk_rows > 0 && chunk_rows >= min_chunk_rows && warp_chunks_instance(prog.tpr, prog.vpt) &&
          hidden == prog.tpr * prog.vpt * 8;
 }
 
-struct BwdPlan {
-  Program program;  // the table's, or its pair twin (one launch: the table's with a one-row ring)
-  bool pair;
-  bool constant_width;  // the exact group's constant-width instance
-  FinalizeShape finalize;  // unused by the one launch
-  bool one_launch;
-  int64_t dx_ctas, dw_ctas;  // the one launch's grid: row CTAs, then column CTAs
-  bool warp_chunks;          // a warp a dw chunk (the program's tpr and VPT, BwdLimits::warp_chunks_cta threads)
-};
+// At most the resident CTAs (ctas_per_sm > 0: that many a SM) where known, at most max_ctas.
+constexpr int64_t persistent_grid(int64_t resident, int64_t sms, int ctas_per_sm, int64_t wanted,
+                                  int64_t max_ctas = 0) {
+  if (ctas_per_sm > 0 && resident > 0) resident = sms * ctas_per_sm;
+  if (resident > 0 && wanted > resident) wanted = resident;
+  if (max_ctas > 0 && wanted > max_ctas) wanted = max_ctas;
+  return wanted;
+}
+
+// The ring a CTA keeps where each SM runs `per_sm` of the grid's CTAs: the table's, one row
+// deeper (ArchTable::bwd_deep_ring_stages) while one stage of the SM's CTAs is less than
+// kStageBytesPerSm in flight and a chunk holds more rows than the deeper ring. Measured on the
+// H200 (docs/perf/runs/h200-bwd-ring-depth.md): three rows 2-7 % faster at 16 and 24 KB a stage
+// an SM (H 512 and 1536 at T 8192..32768), every deeper ring slower at 32 KB and more (H 512,
+// 1536 and 2048 at their largest T, 4096, 6144 and the per-head view at every T).
+constexpr int64_t kStageBytesPerSm = 32 * 1024;
+constexpr int64_t stage_bytes(const Program& p, bool residual) { return int64_t(p.cta) * p.vpt * 16 * (residual ? 3 : 2); }
+constexpr int backward_stages(const Program& p, int64_t per_sm, int64_t chunk_rows, bool residual, const ArchTable& t) {
+  const int deep = t.bwd_deep_ring_stages;
+  const bool deeper = p.stages == t.ring_stages && deep > p.stages && per_sm * stage_bytes(p, residual) < kStageBytesPerSm &&
+                      chunk_rows > deep && backward_smem_bytes(p.cta, p.vpt, deep, residual) <= t.smem_per_cta;
+  return deeper ? deep : p.stages;
+}
+// CTAs an SM for a persistent grid of `wanted` CTAs, each taking its chunks in turn, on `sms` SMs
+// with up to `resident_per_sm` resident: the count whose rounds of CTAs cost least. A round of k
+// CTAs an SM costs k CTA-times over the fraction of the SM's bandwidth their rings keep in flight
+// (the ring's bytes an SM over kSaturatingRingBytes, at most 1: the H200's ring-depth runs stop
+// gaining at 48 KB); a count below the resident one must win by kFewerCtasGain, else every
+// resident CTA runs. 386 chunks of a 256-thread H 3584 group on 132 SMs of two: two rounds of two
+// (cost 4) against three rounds of one with a three-row ring (cost 3).
+constexpr int64_t kSaturatingRingBytes = 48 * 1024;
+constexpr int kFewerCtasGainPct = 10;
+constexpr int64_t fill_ctas_per_sm(int64_t wanted, int64_t sms, int64_t resident_per_sm, const Program& p,
+                                   int64_t chunk_rows, bool residual, const ArchTable& t) {
+  if (sms <= 0 || resident_per_sm <= 1 || wanted <= resident_per_sm * sms) return resident_per_sm;  // one round
+  int64_t best = 0, best_cost = 0, full_cost = 0;  // cost in CTA-times x 1000
+  for (int64_t k = resident_per_sm; k >= 1; --k) {
+    const int64_t held = k < ceil_div(wanted, sms) ? k : ceil_div(wanted, sms);
+    const int64_t ring = held * stage_bytes(p, residual) * backward_stages(p, held, chunk_rows, residual, t);
+    const int64_t sat = ring < kSaturatingRingBytes ? ring * 1000 / kSaturatingRingBytes : 1000;
+    const int64_t cost = ceil_div(wanted, k * sms) * held * 1000000 / (sat > 0 ? sat : 1);
+    if (k == resident_per_sm) full_cost = cost;
+    if (best == 0 || cost < best_cost) best = k, best_cost = cost;
+  }
+  return best_cost * 100 <= full_cost * (100 - kFewerCtasGainPct) ? best : resident_per_sm;
+}
+static_assert(fill_ctas_per_sm(386, 132, 2, backward_program(3584, kSm90), 31, false, kSm90) == 1 &&
+                  fill_ctas_per_sm(256, 132, 2, backward_program(3584, kSm90), 19, false, kSm90) == 2 &&
+                  fill_ctas_per_sm(512, 132, 2, backward_program(4096, kSm90), 128, false, kSm90) == 2,
+              "H 3584 at T 12345 (386 chunks): one CTA an SM, three rounds; whole rounds keep both");
+
 // The kernel choices beside the program, the architecture table's or the tuning hooks': the
 // one launch up to one_launch_chunks dw chunks (one_launch_fits), warp chunks from
 // warp_chunk_rows rows a chunk (warp_chunks_fit); 0: never.
@@ -143,45 +217,129 @@ struct BwdLimits {
   int warp_chunk_rows;
   int warp_chunks_cta;  // ArchTable::bwd_warp_chunks_cta
 };
-// A backward call as its plan sees it: the shape, the dw chunking (params.h), whether dw is
-// wanted and the caller's grid cap (0: none).
+// A backward call as its plan sees it: dtype codes (g is x's), the route, the shape, the dw
+// chunking (contract.h), whether dw is wanted (false: no dw, or partials kept for the caller),
+// whether it comes back in w's 16-bit dtype, the caller's grid cap (0: none), and whether the
+// program is a tuning hook's (its CTAs an SM and ring are then taken as given).
 struct BwdCall {
+  int x, w;
+  bool residual;
   int hidden;
   int64_t rows;
   int chunks;
-  int64_t chunk_rows;
-  int chunk_rem;
   bool want_dw;
+  bool dw_in_w_dtype;
   int max_ctas;
+  bool overridden;
 };
-// The one plan of a call: the one launch (dw wanted, an uncapped grid, few chunks), else warp
-// chunks, else the table's program or its pair twin. `sms`: the device's SM count (the
-// finalize's shape; 0 where unknown). `pair_resident(twin)`: the resident CTAs of the pair
-// kernel for the candidate twin, asked only when there is one (0: unknown, no pairs).
-template <typename PairResident>
-constexpr BwdPlan plan_backward(const Program& table, const BwdCall& c, const BwdLimits& lim, int64_t sms,
-                                PairResident&& pair_resident) {
-  BwdPlan b{table, false, false, finalize_shape(c.chunks, c.hidden, sms), false, 0, 0, false};
+struct BwdPlan {
+  Program program;    // what the grid runs: the table's, its pair twin or the one launch's; its
+                      // stages the ring kept, its ctas_per_sm the CTAs an SM the grid holds (0: all)
+  Program pair_twin;  // the row-pair candidate (cta 0: none), which pair_fits held to the resident CTAs
+  KernelKey key;
+  int64_t grid;
+  size_t smem;
+  bool smem_ready;            // the instance's residency was asked at this size (DeviceFacts::resident)
+  bool pair, constant_width, one_launch, warp_chunks;
+  int64_t dx_ctas;            // the one launch's row CTAs, before its column CTAs
+  bool finalize;              // the dw finalize runs after the kernel
+  FinalizeKey fin;
+  int64_t fin_grid;           // its CTAs (block: fin.cols * fin.lanes)
+  int64_t resident_per_sm;    // the instance's resident CTAs an SM at its ring (0: unknown)
+};
+
+constexpr KernelKey backward_key(Family f, const BwdCall& c, int vectors) {
+  return KernelKey{f, c.x, c.x, c.w, c.residual, vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false};
+}
+// The backward's row kernel for a program (or its pair twin): the exact group's instance where
+// the plan says so, the wide rows' CTAs at VPT 4 past kMaxBwdThreads.
+constexpr KernelKey rows_key(const BwdCall& c, const Program& p, bool constant_width, bool pair) {
+  KernelKey k = backward_key(Family::kBwdRows, c, p.vpt);
+  if (p.vpt == 4 && !pair && p.cta > kMaxBwdThreads) {
+    k.family = Family::kBwdWide;
+    return k;
+  }
+  k.pair = pair;
+  if (constant_width) k.tpr = p.tpr;
+  return k;
+}
+
+// The one plan of a backward call, down to its launch: the one launch (dw wanted, an uncapped
+// grid, few chunks), else warp chunks, else the table's program or its pair twin, on a
+// persistent grid whose CTAs an SM and ring follow from the device's SM count and the
+// instance's residency (fill_ctas_per_sm, backward_stages), then the finalize. Nothing here
+// moves a bit: the chunks (and so dw's order) are the call's, the row group the table's.
+constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const BwdLimits& lim, const ArchTable& t,
+                                const DeviceFacts& d) {
+  BwdPlan b{};
+  b.program = table;
+  const int64_t q = c.chunks > 0 ? c.rows / c.chunks : 0;
+  const int rem = c.chunks > 0 ? static_cast<int>(c.rows % c.chunks) : 0;
+  const int64_t sms = c.want_dw ? d.sms : 0;  // the finalize's shape reads it
+  if (!pair_candidate(table, q, rem, &b.pair_twin)) b.pair_twin = Program{};
   const int one_launch_limit = c.want_dw && c.max_ctas == 0 ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
-  if (one_launch_fits(c.rows, c.chunks, one_launch_limit)) {
+  if (one_launch_fits(c.rows, c.chunks, one_launch_limit)) {  // dx by rows, then dw by columns: no partials
     b.program.stages = 1;  // a group's one row: nothing to prefetch
     b.constant_width = backward_exact(b.program, c.hidden, false);
     b.one_launch = true;
+    KernelKey k = rows_key(c, b.program, b.constant_width, false);
+    k.family = k.family == Family::kBwdWide ? Family::kBwdOneWide : Family::kBwdOne;
+    b.key = k;
+    b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual);
     b.dx_ctas = one_launch_dx_ctas(b.program, c.rows);
-    b.dw_ctas = one_launch_dw_ctas(b.program, c.hidden, c.rows);
+    b.grid = b.dx_ctas + one_launch_dw_ctas(b.program, c.hidden, c.rows);
     return b;
   }
-  if (warp_chunks_fit(table, c.hidden, c.chunk_rows, lim.warp_chunk_rows)) {
+  const FinalizeShape fs = finalize_shape(c.chunks, c.hidden, sms);
+  b.finalize = c.want_dw;
+  b.fin = FinalizeKey{fs.cols, fs.lanes, c.dw_in_w_dtype && c.w != kFp32 ? c.w : kFp32};
+  b.fin_grid = ceil_div(c.hidden, fs.cols);
+  if (warp_chunks_fit(table, c.hidden, q, lim.warp_chunk_rows)) {  // a warp a chunk, its groups a row each
     b.warp_chunks = true;
     b.program.cta = lim.warp_chunks_cta;
+    KernelKey k = backward_key(Family::kBwdWarpChunks, c, table.vpt);
+    k.tpr = table.tpr;
+    b.key = k;
+    b.smem = size_t(b.program.cta / 32) * 32 * b.program.vpt * 8 * sizeof(float);
+    const int64_t resident = ask_resident(d, k, b.program.cta, b.smem);
+    b.resident_per_sm = d.sms > 0 ? resident / d.sms : 0;
+    b.grid = persistent_grid(resident, d.sms, 0, ceil_div(c.chunks, b.program.cta / 32), c.max_ctas);
+    b.smem_ready = d.resident != nullptr;
     return b;
   }
-  Program q = table;
-  if (pair_candidate(table, c.chunk_rows, c.chunk_rem, &q) && pair_fits(q, c.chunks, pair_resident(q))) {
-    b.program = q;
-    b.pair = true;
+  if (b.pair_twin.cta > 0) {
+    const Program& twin = b.pair_twin;
+    const KernelKey pk = rows_key(c, twin, backward_exact(twin, c.hidden, true), true);
+    if (pair_fits(twin, c.chunks, ask_resident(d, pk, twin.cta, backward_smem_bytes(twin.cta, twin.vpt, twin.stages, c.residual)))) {
+      b.program = twin;
+      b.pair = true;
+    }
   }
   b.constant_width = backward_exact(b.program, c.hidden, b.pair);
+  b.key = rows_key(c, b.program, b.constant_width, b.pair);
+  const int units = b.program.cta / b.program.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
+  const int64_t wanted = ceil_div(c.chunks, units);
+  b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual);
+  int64_t resident = ask_resident(d, b.key, b.program.cta, b.smem);
+  b.smem_ready = d.resident != nullptr;
+  if (!c.overridden && !b.pair && d.sms > 0 && resident > 0) {  // the grid and ring from the device's facts
+    const int64_t per_sm = resident / d.sms;
+    const int64_t k = fill_ctas_per_sm(wanted, d.sms, per_sm, b.program, q, c.residual, t);
+    const int64_t held = ceil_div(wanted < k * d.sms ? wanted : k * d.sms, d.sms);  // CTAs an SM runs at once
+    const int stages = backward_stages(b.program, held, q, c.residual, t);
+    if (stages != b.program.stages) {  // the deeper ring, where its shared memory keeps the CTAs
+      const size_t smem = backward_smem_bytes(b.program.cta, b.program.vpt, stages, c.residual);
+      const int64_t deep_resident = ask_resident(d, b.key, b.program.cta, smem);
+      if (deep_resident >= held * d.sms) {
+        b.program.stages = stages;
+        b.smem = smem;
+        resident = deep_resident;
+      }
+    }
+    if (k < per_sm) b.program.ctas_per_sm = static_cast<int>(k);
+  }
+  b.resident_per_sm = d.sms > 0 ? resident / d.sms : 0;
+  b.grid = persistent_grid(resident, d.sms, b.program.ctas_per_sm, wanted, c.max_ctas);
   return b;
 }
 
@@ -193,49 +351,15 @@ struct Fp32Plan {
   int stages;    // the backward's ring of rows (2, or 1 where two exceed shared memory); 0 forward
   bool late_w;   // the forward loads w after the sum (ArchTable::fp32_fwd_late_w_tpr)
 };
-constexpr Fp32Plan plan_fp32_forward(int hidden, const ArchTable& t = kSm90) {
-  const int tpr = fp32_tpr(hidden, t.fp32_fwd_vectors), nv = fp32_nv(hidden, tpr);
+constexpr Fp32Plan plan_fp32_forward(int hidden, const ArchTable& t) {
+  const int tpr = fp32_group_tpr(hidden, false), nv = fp32_nv(hidden, tpr);
   return Fp32Plan{tpr, fp32_cta(tpr, t.fp32_min_cta), nv, 0, nv > 2 && tpr >= t.fp32_fwd_late_w_tpr};
 }
 // g_bytes: the size of g's elements (y's dtype).
-constexpr Fp32Plan plan_fp32_backward(int hidden, int g_bytes, bool residual, const ArchTable& t = kSm90) {
-  const int tpr = fp32_tpr(hidden, t.fp32_bwd_vectors), cta = fp32_cta(tpr, t.fp32_min_cta), nv = fp32_nv(hidden, tpr);
+constexpr Fp32Plan plan_fp32_backward(int hidden, int g_bytes, bool residual, const ArchTable& t) {
+  const int tpr = fp32_group_tpr(hidden, true), cta = fp32_cta(tpr, t.fp32_min_cta), nv = fp32_nv(hidden, tpr);
   const int stages = fp32_bwd_smem_bytes(cta, nv, 2, g_bytes, residual) <= t.smem_per_cta ? 2 : 1;
   return Fp32Plan{tpr, cta, nv, stages, false};
 }
-static_assert(plan_fp32_forward(6144).late_w && !plan_fp32_forward(4096).late_w && plan_fp32_forward(1024).nv == 4 &&
-                  plan_fp32_backward(1024, 2, false).tpr == 128 && plan_fp32_backward(1024, 2, false).stages == 2 &&
-                  plan_fp32_backward(16384, 2, true).stages == 1 && plan_fp32_backward(16384, 2, false).stages == 2,
-              "FP32 plans at the measured widths");
-
-// ---- A width's order of a row's sums ------------------------------------------------------
-
-// The row group whose order every GPU program of a width follows for a row's sums (rstd, the
-// backward's mean(g*w*xhat)); the CPU path computes it (kernels/cpu/row_order.h). The forward:
-// the plain route's ring group, whose order the small-T group and the residual route's group
-// share (kPairs; tests/cpp/pairs_twins.cpp); the backward: its one group a width; FP32
-// activations: their groups. Rows past what the GPU serves (FP32 wider than 16384) keep the
-// widest group with more vectors a thread. The shipped tables are sm_90a's copies: one order.
-struct RowOrderGroup {
-  int tpr, vectors;
-  bool pairs, fp32;
-};
-constexpr RowOrderGroup row_order_group(int64_t hidden, bool backward, bool fp32, const ArchTable& t = kSm90) {
-  if (fp32) {
-    const int tpr = fp32_tpr(static_cast<int>(hidden), backward ? t.fp32_bwd_vectors : t.fp32_fwd_vectors);
-    const int need = static_cast<int>((hidden / 4 + tpr - 1) / tpr), nv = fp32_nv(static_cast<int>(hidden), tpr);
-    return RowOrderGroup{tpr, need > nv ? need : nv, false, true};
-  }
-  const Program p = backward ? backward_program(static_cast<int>(hidden), t) : forward_program(static_cast<int>(hidden), false, t);
-  return RowOrderGroup{p.tpr, p.vpt, !backward && pairs_vpt(p.vpt), false};
-}
-
-static_assert(plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).program.group_rows ==
-                      kStreamRows &&
-                  plan_forward(multirow_streaming(forward_small_program(512)), 512, 65536, false, false).constant_width &&
-                  plan_forward(as_streaming(forward_program(6144)), 6144, 4096, false, false).wload == WLoad::kBeforeSum &&
-                  plan_forward(as_streaming(forward_program(6144)), 6144, 4096, true, false).wload == WLoad::kAtUse &&
-                  plan_forward(forward_program(2048), 2048, 65536, false, false).sync == GroupSync::kNamed,
-              "plans at the measured widths");
 
 }  // namespace cake

@@ -1,6 +1,7 @@
-// A call's launch, resolved once: the program (windows.h, or an override), its plan (plan.h),
-// and from them the kernel instance (kernel_key.h), its grid, block and shared memory, the
-// parameters the kernel reads and the dw finalize after it. The C API resolves each call with
+// A call's launch, resolved once: the program (windows.h, or an override) and its plan
+// (plan.h: the backward's whole, the forward's program and instance choices), and from them the
+// kernel instance (kernel_key.h), its grid, block and shared memory, the parameters the kernel
+// reads and the dw finalize after it. The C API resolves each call with
 // the device's facts and executes the Launch (api/execute.cu); the plan query resolves with given
 // facts. CUDA-free and torch-free.
 #pragma once
@@ -13,16 +14,6 @@
 #include "plan.h"
 
 namespace cake {
-
-// What resolve asks of the device: its architecture and SM count, and the CTAs of an instance
-// resident on it at a block and shared-memory size (0: unknown; then a persistent grid is not
-// capped and no row pair runs). Asking also makes the instance launchable with that shared
-// memory (api/execute.cu), so a launch needs no second query.
-struct DeviceFacts {
-  int sm;
-  int64_t sms;
-  int64_t (*resident)(const KernelKey& key, int block, size_t smem);  // null: unknown
-};
 
 struct Launch {
   KernelKey key;
@@ -37,6 +28,7 @@ struct Launch {
   int64_t fin_grid;   // its CTAs (block: fin.cols * fin.lanes)
   Program program;    // the program the grid runs (its row group and CTA)
   Program pair_twin;  // the backward's row-pair twin, cta 0 where there is none
+  int64_t resident_per_sm;  // the backward kernel's resident CTAs an SM at its ring (0: unknown)
 };
 
 // A call as resolve sees it: the route, dtype codes (y: y's forward, g's backward), shape, and
@@ -56,20 +48,7 @@ struct Call {
 // kGridTooLarge: a streaming grid past 2^31 - 1 CTAs (the launch would refuse it).
 enum class Resolved { kOk, kBadProgram, kNoInstance, kGridTooLarge };
 
-// At most the resident CTAs (ctas_per_sm > 0: that many a SM) where known, at most max_ctas.
-constexpr int64_t persistent_grid(int64_t resident, int64_t sms, int ctas_per_sm, int64_t wanted,
-                                  int64_t max_ctas = 0) {
-  if (ctas_per_sm > 0 && resident > 0) resident = sms * ctas_per_sm;
-  if (resident > 0 && wanted > resident) wanted = resident;
-  if (max_ctas > 0 && wanted > max_ctas) wanted = max_ctas;
-  return wanted;
-}
-
 namespace detail {
-
-constexpr int64_t ask_resident(const DeviceFacts& d, const KernelKey& k, int block, size_t smem) {
-  return d.resident != nullptr ? d.resident(k, block, smem) : 0;
-}
 
 constexpr KernelKey key16(Family f, const Call& c, int vectors) {
   return KernelKey{f, c.x, c.x, c.w, has_residual(c.route), vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false};
@@ -83,9 +62,9 @@ constexpr void set_finalize(const Call& c, int64_t sms, Launch* l) {
   l->fin_grid = ceil_div(c.hidden, s.cols);
 }
 
-inline Resolved forward16(const Call& c, const Program& table, const DeviceFacts& d, Launch* l) {
+inline Resolved forward16(const Call& c, const Program& table, const ArchTable& t, const DeviceFacts& d, Launch* l) {
   const bool w32 = c.w == kFp32, res = has_residual(c.route);
-  const FwdPlan f = plan_forward(table, c.hidden, c.rows, w32, res, arch_table(d.sm));
+  const FwdPlan f = plan_forward(table, c.hidden, c.rows, w32, res, t);
   const Program& prog = f.program;
   const int64_t rpc = prog.cta / prog.tpr;  // rows a CTA, a row a group
   l->program = prog;
@@ -117,68 +96,30 @@ inline Resolved forward16(const Call& c, const Program& table, const DeviceFacts
   return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
 }
 
-// The backward's row kernel for a program (or its pair twin): the exact group's instance where
-// the plan says so, the wide rows' CTAs at VPT 4 past kMaxBwdThreads.
-constexpr KernelKey rows_key(const Call& c, const Program& p, bool constant_width, bool pair) {
-  KernelKey k = key16(Family::kBwdRows, c, p.vpt);
-  if (p.vpt == 4 && !pair && p.cta > kMaxBwdThreads) {
-    k.family = Family::kBwdWide;
-    return k;
-  }
-  k.pair = pair;
-  if (constant_width) k.tpr = p.tpr;
-  return k;
+// The backward's launch: its plan (plan.h, plan_backward) as it is.
+inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, bool overridden,
+                           const ArchTable& t, const DeviceFacts& d, Launch* l) {
+  const BwdCall call{c.x, c.w, has_residual(c.route), c.hidden, c.rows, c.chunks, c.finalize_dw, c.dw_in_w_dtype,
+                     c.max_ctas, overridden};
+  const BwdPlan b = plan_backward(call, table, lim, t, d);
+  l->key = b.key;
+  l->program = b.program;
+  l->pair_twin = b.pair_twin;
+  l->block = b.program.cta;
+  l->tpr = b.program.tpr;
+  l->stages = b.program.stages;
+  l->grid = b.grid;
+  l->smem = b.smem;
+  l->smem_ready = b.smem_ready;
+  l->dx_ctas = b.dx_ctas;
+  l->finalize = b.finalize;
+  l->fin = b.fin;
+  l->fin_grid = b.fin_grid;
+  l->resident_per_sm = b.resident_per_sm;
+  return compiled(b.key) ? Resolved::kOk : Resolved::kNoInstance;
 }
 
-inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d,
-                           Launch* l) {
-  const bool res = has_residual(c.route);
-  const int64_t q = c.chunks > 0 ? c.rows / c.chunks : 0;
-  const int rem = c.chunks > 0 ? static_cast<int>(c.rows % c.chunks) : 0;
-  const BwdCall call{c.hidden, c.rows, c.chunks, q, rem, c.finalize_dw, c.max_ctas};
-  const int64_t sms = c.finalize_dw ? d.sms : 0;
-  const BwdPlan b = plan_backward(table, call, lim, sms, [&](const Program& twin) {
-    return ask_resident(d, rows_key(c, twin, backward_exact(twin, c.hidden, true), true), twin.cta,
-                        backward_smem_bytes(twin.cta, twin.vpt, twin.stages, res));
-  });
-  const Program& prog = b.program;
-  l->program = prog;
-  l->block = prog.cta;
-  l->tpr = prog.tpr;
-  l->stages = prog.stages;
-  pair_candidate(table, q, rem, &l->pair_twin);
-  if (b.one_launch) {  // dx by rows, then dw by columns, in one grid: no partials, no finalize
-    KernelKey k = rows_key(c, prog, b.constant_width, false);
-    k.family = k.family == Family::kBwdWide ? Family::kBwdOneWide : Family::kBwdOne;
-    l->key = k;
-    l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
-    l->dx_ctas = b.dx_ctas;
-    l->grid = b.dx_ctas + b.dw_ctas;
-    return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
-  }
-  set_finalize(c, sms, l);
-  if (b.warp_chunks) {  // a warp a chunk, its groups a row each; a batch's products a warp in shared memory
-    KernelKey k = key16(Family::kBwdWarpChunks, c, prog.vpt);
-    k.tpr = prog.tpr;
-    l->key = k;
-    l->smem = size_t(prog.cta / 32) * 32 * prog.vpt * 8 * sizeof(float);
-    l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, 0, ceil_div(c.chunks, prog.cta / 32),
-                              c.max_ctas);
-    l->smem_ready = d.resident != nullptr;
-    return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
-  }
-  const KernelKey k = rows_key(c, prog, b.constant_width, b.pair);
-  const int units = prog.cta / prog.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
-  l->key = k;
-  l->smem = backward_smem_bytes(prog.cta, prog.vpt, prog.stages, res);
-  l->grid = persistent_grid(ask_resident(d, k, prog.cta, l->smem), d.sms, prog.ctas_per_sm,
-                            ceil_div(c.chunks, units), c.max_ctas);
-  l->smem_ready = d.resident != nullptr;
-  return compiled(k) ? Resolved::kOk : Resolved::kNoInstance;
-}
-
-inline Resolved fp32(const Call& c, const DeviceFacts& d, Launch* l) {
-  const ArchTable& t = arch_table(d.sm);
+inline Resolved fp32(const Call& c, const ArchTable& t, const DeviceFacts& d, Launch* l) {
   const bool res = has_residual(c.route);
   const int g_bytes = c.y == kFp32 ? 4 : 2;
   const bool fwd = is_forward(c.route);
@@ -206,11 +147,13 @@ inline Resolved fp32(const Call& c, const DeviceFacts& d, Launch* l) {
 // The one resolution of a call, with the overrides' program and limits in place of the tables'.
 inline Resolved resolve(const Call& c, const DeviceFacts& d, const Overrides& o, Launch* out) {
   *out = Launch{};
-  if (c.x == kFp32) return detail::fp32(c, d, out);
+  const ArchTable t = device_table(d.sm, d.sms);  // the architecture's table at the device's SM count
+  if (c.x == kFp32) return detail::fp32(c, t, d, out);
   Program table;
-  if (!program_for(c.route, c.hidden, c.rows, d.sm, o, &table)) return Resolved::kBadProgram;
-  if (is_forward(c.route)) return detail::forward16(c, table, d, out);
-  return detail::backward16(c, table, limits_for(arch_table(d.sm), o), d, out);
+  if (!program_for(c.route, c.hidden, c.rows, d.sm, d.sms, o, &table)) return Resolved::kBadProgram;
+  if (is_forward(c.route)) return detail::forward16(c, table, t, d, out);
+  const bool overridden = o.program[1].tpr != 0;  // a tuning hook's program runs as given
+  return detail::backward16(c, table, limits_for(t, o), overridden, t, d, out);
 }
 
 // The finalize of a caller's partials (cake_rmsnorm_dw_finalize), dw of dtype `out`.

@@ -6,9 +6,9 @@
 // (H 128, 256, 512, 1024), the first window's group streaming several rows a group (H 64: its
 // streaming twin at every T). A row's outputs do not depend on T: the windows of one row group
 // share its order, and the wider group sums in the ring group's (tests/test_determinism.py).
-// Each architecture reads its tuning table (programs.h, ArchTable): sm_90a's is the H200's fit,
-// sm_100a/103a/107a's are copies of it marked unmeasured (nothing was timed there). CUDA-free and
-// torch-free.
+// Each architecture reads its tuning table (programs.h, ArchTable), its counts scaled to the
+// device's SM count (for_device): sm_90a's is the H200's fit, sm_100a/103a/107a's are copies of it
+// marked unmeasured (nothing was timed there). CUDA-free and torch-free.
 #pragma once
 
 #include <stdint.h>
@@ -64,11 +64,14 @@ inline void ring_windows(Window* w, int& n, int64_t lo, int64_t small, int64_t l
   if (large >= 0) w[n++] = Window{large - 1, -1, wide};
 }
 
-// Fills up to `cap` windows; returns how many the route has, or -1 if not served.
-inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap) {
-  if (!arch_known(sm) || !width_served(hidden)) return -1;
+// The tuning table a device of architecture `sm` and `sms` SMs runs (sms 0: the table's own
+// count): its architecture's, its counts scaled to the SM count (programs.h, for_device).
+inline ArchTable device_table(int sm, int64_t sms) { return for_device(arch_table(sm), sms); }
+
+// Fills up to `cap` windows of table `t`; returns how many the route has, or -1 if not served.
+inline int windows_for(Route route, int64_t hidden, const ArchTable& t, Window* out, int cap) {
+  if (!arch_known(t.sm) || !width_served(hidden)) return -1;
   const int h = static_cast<int>(hidden);
-  const ArchTable& t = arch_table(sm);
   if (!is_forward(route)) {
     if (cap > 0) out[0] = Window{0, -1, backward_program(h, t)};
     return 1;
@@ -101,15 +104,18 @@ inline int windows_for(Route route, int64_t hidden, int sm, Window* out, int cap
   return n;
 }
 
-// The program a launch of `rows` rows uses: the one whose window holds rows. An architecture
-// without a table of its own (no fatbin ships for it) takes the sm_90a table. Every launch asks,
-// so each thread keeps the tables of its last few (route, width, architecture) keys: building
-// one runs the row-group searches of up to three programs (about 180 ns on a CPU core).
-inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm) {
+// The program a launch of `rows` rows uses on a device of architecture `sm` and `sms` SMs: the
+// one whose window holds rows. An architecture without a table of its own (no fatbin ships for
+// it) takes the sm_90a table. Every launch asks, so each thread keeps the tables of its last few
+// (route, width, architecture, SM count) keys: building one runs the row-group searches of up
+// to three programs (about 180 ns on a CPU core).
+inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm, int64_t sms) {
   struct Entry {
     Route route;
     int64_t hidden;
-    int sm, n;
+    int sm;
+    int64_t sms;
+    int n;
     Window w[kMaxWindows];
   };
   constexpr int kEntries = 8;
@@ -118,20 +124,22 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm)
   const int arch = arch_known(sm) ? sm : 90;
   const Entry* e = nullptr;
   for (int i = 0; i < filled && e == nullptr; ++i)
-    if (cache[i].route == route && cache[i].hidden == hidden && cache[i].sm == arch) e = &cache[i];
+    if (cache[i].route == route && cache[i].hidden == hidden && cache[i].sm == arch && cache[i].sms == sms)
+      e = &cache[i];
+  const ArchTable t = device_table(arch, sms);
   if (e == nullptr) {
     Entry& fresh = cache[next];
     fresh.route = route;
     fresh.hidden = hidden;
     fresh.sm = arch;
-    fresh.n = windows_for(route, hidden, arch, fresh.w, kMaxWindows);
+    fresh.sms = sms;
+    fresh.n = windows_for(route, hidden, t, fresh.w, kMaxWindows);
     next = (next + 1) % kEntries;
     if (filled < kEntries) ++filled;
     e = &fresh;
   }
   for (int i = 0; i < e->n && i < kMaxWindows; ++i)
     if (rows > e->w[i].above && (e->w[i].at_most < 0 || rows <= e->w[i].at_most)) return e->w[i].program;
-  const ArchTable& t = arch_table(arch);
   return is_forward(route) ? forward_program(static_cast<int>(hidden), has_residual(route), t)
                            : backward_program(static_cast<int>(hidden), t);
 }

@@ -60,7 +60,7 @@ def _device_sm(device) -> int:
     return major * 10 + minor
 
 
-def program_windows(route: str = None, hidden: int = None, sm: int = None, device=None) -> dict:
+def program_windows(route: str = None, hidden: int = None, sm: int = None, device=None, sms: int = None) -> dict:
     """The token-count windows of the dispatch tables.
 
     Parameters
@@ -72,6 +72,9 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     sm : int, optional
         Architecture as one of ``SHIPPED_ARCHS`` (90, 100, 103, 107); taken from ``device`` (or the current CUDA
         device) when omitted.
+    sms : int, optional
+        The SM count: the window edges that count CTAs or elements scale with it (the tables were
+        fit at 132). Taken from the device when ``sm`` is too, else the table's own count.
 
     Returns
     -------
@@ -89,13 +92,18 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     _C_checks.check_width(hidden)
     if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int)):
         raise TypeError(f"sm must be an int such as 90, got {type(sm).__name__}")
+    if sms is not None and (isinstance(sms, bool) or not isinstance(sms, int) or not 1 <= sms <= 1 << 20):
+        raise ValueError(f"sms must be a positive SM count, got {sms!r}")
     if sm is None:
-        sm = _device_sm(device if device is not None else torch.device("cuda"))
+        dev = device if device is not None else torch.device("cuda")
+        sm = _device_sm(dev)
+        if sms is None:
+            sms = torch.cuda.get_device_properties(torch.device(dev)).multi_processor_count
     routes = ROUTES if route is None else (route,)
     for r in routes:
         if r not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {r!r}")
-    out = {r: _windows(r, hidden, sm) for r in routes}
+    out = {r: _windows(r, hidden, sm, sms or 0) for r in routes}
     if not any(out.values()):
         raise ValueError(f"sm must be one of {_ARCH_NAMES}, got {sm}")
     return out

@@ -4,7 +4,12 @@ import argparse
 import sys
 
 
-def windows_text(hidden, sm, routes=None):
+# The SM count of each shipped architecture's reference device (H200; B200, GB300, R200), for the
+# windows command without a device.
+REFERENCE_SMS = {90: 132, 100: 148, 103: 152, 107: 212}
+
+
+def windows_text(hidden, sm, routes=None, sms=None):
     """The dispatch windows of each width and route as text, ` | ` between them. A row's outputs
     are bitwise the same on both sides of every edge: windows that share a row group run one
     order, and the plain forward's wider small-T group sums in its ring group's order
@@ -12,7 +17,7 @@ def windows_text(hidden, sm, routes=None):
     import cake_rmsnorm as cr
     lines = []
     for h in hidden:
-        table = cr.program_windows(hidden=h, sm=sm)
+        table = cr.program_windows(hidden=h, sm=sm, sms=sms)
         for route in routes or cr.ROUTES:
             parts = []
             wins = table[route]
@@ -20,7 +25,7 @@ def windows_text(hidden, sm, routes=None):
                 parts.append(f"({above}, inf) {name}" if at_most is None else f"({above}, {at_most}] {name}")
                 if i + 1 < len(wins):
                     parts.append("|")
-            lines.append(f"sm_{sm}a {route} H={h}: " + " ".join(parts))
+            lines.append(f"sm_{sm}a{f' ({sms} SMs)' if sms else ''} {route} H={h}: " + " ".join(parts))
     return "\n".join(lines)
 
 
@@ -58,26 +63,37 @@ def _windows_main(argv):
     p.add_argument("--hidden", required=True, type=lambda s: [int(v) for v in s.split(",")],
                    help="widths, comma-separated (multiples of 8)")
     p.add_argument("--sm", type=int, default=None,
-                   help=f"one of {', '.join(map(str, cr.SHIPPED_ARCHS))} (default: the current CUDA device's)")
+                   help=f"one of {', '.join(map(str, cr.SHIPPED_ARCHS))} (default: the current CUDA device's; "
+                        "without one, every shipped architecture)")
     p.add_argument("--route", choices=cr.ROUTES, action="append", help="one route (repeatable); all by default")
     p.add_argument("--plan", default=None, type=lambda s: [int(v) for v in s.split(",")], metavar="T,T,...",
                    help="also print what a call of each of these token counts runs (launch_plan)")
-    p.add_argument("--sms", type=int, default=None, help="--plan: the SM count (default: the current device's)")
+    p.add_argument("--sms", type=int, default=None,
+                   help="the SM count (default: the current device's; without one, the reference device's: "
+                        + ", ".join(f"sm_{k}a {v}" for k, v in REFERENCE_SMS.items()) + ")")
     p.add_argument("--fp32-weight", action="store_true", help="--plan: an FP32 weight (default: the activations')")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"], help="--plan: the activations' dtype")
     a = p.parse_args(argv)
-    sm, sms = a.sm, a.sms
-    if sm is None or (a.plan and sms is None):
-        import torch
-        if not torch.cuda.is_available():
-            p.error("no CUDA device: pass --sm (and --sms with --plan)")
+    import torch
+    if a.sm is not None and a.sm not in cr.SHIPPED_ARCHS:
+        p.error(f"--sm {a.sm}: one of {', '.join(map(str, cr.SHIPPED_ARCHS))}")
+    if a.sms is not None and not 1 <= a.sms <= 1 << 20:
+        p.error(f"--sms {a.sms}: a positive SM count")
+    if a.sm is None and torch.cuda.is_available():  # the current device, its own SM count
         major, minor = torch.cuda.get_device_capability()
-        sm = 10 * major + minor if sm is None else sm
-        sms = torch.cuda.get_device_properties(0).multi_processor_count if sms is None else sms
+        archs = [10 * major + minor]
+        sms_of = {archs[0]: a.sms or torch.cuda.get_device_properties(0).multi_processor_count}
+    else:  # no device: every shipped architecture (or --sm) on its reference device
+        archs = [a.sm] if a.sm is not None else list(cr.SHIPPED_ARCHS)
+        sms_of = {sm: a.sms or REFERENCE_SMS[sm] for sm in archs}
+        if a.sm is None:
+            print("no CUDA device: every shipped architecture at its reference device's SM count "
+                  + ", ".join(f"sm_{sm}a {n}" for sm, n in sms_of.items()), file=sys.stderr)
     try:
-        print(windows_text(a.hidden, sm, a.route))
-        if a.plan:
-            print(plans_text(a.hidden, a.plan, sm, sms, a.route, a.fp32_weight, a.dtype))
+        for sm in archs:
+            print(windows_text(a.hidden, sm, a.route, sms_of[sm]))
+            if a.plan:
+                print(plans_text(a.hidden, a.plan, sm, sms_of[sm], a.route, a.fp32_weight, a.dtype))
     except ValueError as e:
         p.error(str(e))
     return 0

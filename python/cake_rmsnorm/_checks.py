@@ -14,7 +14,7 @@ ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 # FP32 activations on CUDA: rows up to this wide (the CPU path serves every width).
 FP32_CUDA_MAX_HIDDEN = 16384
-MAX_HIDDEN = 2**30  # the C API's widest row (csrc/dispatch/programs.h, width_served)
+MAX_HIDDEN = 2**30  # the C API's widest row (csrc/dispatch/contract.h, width_served)
 
 
 def width_served(hidden: int) -> bool:

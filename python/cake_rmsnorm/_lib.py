@@ -92,9 +92,9 @@ _c.cake_rmsnorm_backward_chunks.argtypes = [ctypes.c_int64, ctypes.c_int64]
 _c.cake_rmsnorm_backward_saturating_rows.restype = ctypes.c_int64
 _c.cake_rmsnorm_backward_saturating_rows.argtypes = [ctypes.c_int64]
 _c.cake_rmsnorm_built_archs.restype = ctypes.c_uint
-_c.cake_rmsnorm_program_windows.restype = ctypes.c_int
-_c.cake_rmsnorm_program_windows.argtypes = [
-    ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Window), ctypes.c_int]
+_c.cake_rmsnorm_program_windows_sms.restype = ctypes.c_int
+_c.cake_rmsnorm_program_windows_sms.argtypes = [
+    ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(_Window), ctypes.c_int]
 
 class _Kernel(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in ("family", "x_dtype", "y_dtype", "w_dtype", "residual", "vectors",
@@ -203,9 +203,9 @@ def built_archs() -> tuple:
     return tuple(sm for sm, bit in ARCH_BITS.items() if mask & (1 << bit))
 
 
-def windows(route: str, hidden: int, sm: int) -> list:
+def windows(route: str, hidden: int, sm: int, sms: int = 0) -> list:
     buf = (_Window * 16)()
-    n = _c.cake_rmsnorm_program_windows(route.encode(), hidden, sm, buf, 16)
+    n = _c.cake_rmsnorm_program_windows_sms(route.encode(), hidden, sm, sms, buf, 16)
     if n < 0:
         return []
     return [Window(w.above, None if w.at_most < 0 else w.at_most, w.program.decode(), w.group.as_dict())

@@ -1,7 +1,8 @@
 // Every kernel key the library compiles (dispatch/kernel_key.h, `compiled`) is one some call
 // resolves to, and every call resolves to a compiled key: resolve (dispatch/resolve.h) over
 // every architecture's table, route, dtype combination, width, token count and tuning hook,
-// with residency unknown and known. Prints "compiled N emitted N dead N unresolved N" and the
+// with the launch bounds' residency (no device), every pair fitting, and SM counts that move the
+// derived grids and rings (dispatch/plan.h, plan_backward). Prints "compiled N emitted N dead N unresolved N" and the
 // keys behind any nonzero count; exits 1 if a key is dead or a call unresolved.
 // Built by tests/test_kernel_keys.py with the host compiler: the dispatch layer is CUDA-free.
 #include <cstdio>
@@ -64,14 +65,14 @@ int main() {
         for (const auto& c : combos) {
           if (c[0] == kFp32 && !fp32_width_ok(h)) continue;
           for (int64_t t : tokens) {
-            for (int hooks = 0; hooks < 8; ++hooks) {
+            for (int hooks = 0; hooks < 9; ++hooks) {
               if (hooks != 0 && (c[0] == kFp32 || is_forward(route) != (hooks == 1))) continue;
               Overrides o;
               o.exact_groups = hooks != 1 && hooks != 2;  // 1: forward, 2: backward without exact groups
               if (hooks == 3) o.one_launch_chunks = 0;
               if (hooks == 4) o.warp_chunk_rows = 0;
               const bool capped = hooks == 5;
-              const DeviceFacts d{sm, 132, hooks == 6 ? nullptr : many};
+              const DeviceFacts d{sm, hooks == 7 ? 212 : hooks == 8 ? 16 : 132, hooks >= 6 ? nullptr : many};
               const int chunks = is_forward(route) ? 0 : static_cast<int>(backward_chunks(t, h));
               for (int fin = 0; fin < 2; ++fin) {
                 if (fin == 0 && (is_forward(route) || hooks != 0)) continue;

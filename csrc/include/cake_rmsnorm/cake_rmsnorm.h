@@ -159,16 +159,22 @@ CAKE_API int64_t cake_rmsnorm_backward_saturating_rows(int64_t hidden);
 CAKE_API int64_t cake_rmsnorm_backward_chunks(int64_t rows, int64_t hidden);
 
 /* Writes up to `capacity` windows of route ("fwd", "fwd_residual", "bwd", "bwd_residual")
- * for `hidden` on architecture `sm` (e.g. 90 for sm_90a); returns the number of windows,
- * or -1 when the route or width is not served. */
+ * for `hidden` on architecture `sm` (e.g. 90 for sm_90a) with `sms` SMs: the table's window
+ * edges that count CTAs or elements scale with the SM count (sms 0: the count the table was fit
+ * at, 132 for every shipped table); returns the number of windows, or -1 when the route or width
+ * is not served. cake_rmsnorm_program_windows is the same with sms 0. */
+CAKE_API int cake_rmsnorm_program_windows_sms(const char* route, int64_t hidden, int sm, int64_t sms,
+                                              cake_rmsnorm_window* out, int capacity);
 CAKE_API int cake_rmsnorm_program_windows(const char* route, int64_t hidden, int sm,
                                           cake_rmsnorm_window* out, int capacity);
 
 /* What one launch runs (dispatch/resolve.h): the Launch a call resolves to for `rows` rows of
  * `hidden` on `route`, activations of x_dtype, a weight of w_dtype and y (forward) or g
  * (backward) of y_dtype, on architecture `sm` with `sms` SMs (the finalize's shape depends on
- * it), dw wanted, no grid cap and no tuning hook. sm 0: the current CUDA device's architecture,
- * SM count (sms is ignored) and resident CTAs, so the grids are those a call there launches.
+ * it, and the windows and the backward's grid and ring), dw wanted, no grid cap and no tuning
+ * hook; the backward's resident CTAs are then those its launch bounds guarantee. sm 0: the
+ * current CUDA device's architecture, SM count (sms is ignored) and resident CTAs, so the grids
+ * are those a call there launches.
  * Returns 0, -1 when the route, width or dtype combination is not served (or sm 0 finds no
  * device), or -2 when the plan's kernel is not compiled into the library (none is, by design:
  * tests/cpp/keys_sweep.cpp walks every plan). */
