@@ -123,7 +123,7 @@ def main():
     rows = []
     for op, ls in table.items():
         for layer, fn in ls:
-            if layer.startswith("direct") and not _calls.DIRECT:  # CAKE_DIRECT=off: no direct binding
+            if layer.startswith("direct") and not _calls.DIRECT:  # CAKE_RMSNORM_DIRECT=off: no direct binding
                 continue
             rows.append(dict(op=op, layer=layer, us=round(timed(fn, a.calls, a.repeats, sync), 2)))
     launch = {op: launch_us(fn, device) for op, fn in launches.items()}

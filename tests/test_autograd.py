@@ -98,10 +98,16 @@ def test_second_order_and_out_with_grad_refused(device, gen):
     w = make_weight(64, torch.bfloat16, device, gen).requires_grad_()
     with pytest.raises(RuntimeError, match="no second-order derivative"):
         torch.autograd.grad(cr.cake_rmsnorm(x, w, EPS).float().sum(), x, create_graph=True)
-    with pytest.raises(ValueError, match="autograd cannot follow"):
-        cr.cake_rmsnorm_train_forward(x, w, EPS, out=torch.empty_like(x))
+    # The functional forward is not differentiable: refused by name where it is called, with or
+    # without caller buffers, instead of a y without grad_fn that fails at backward time.
+    for kwargs in ({}, {"out": torch.empty_like(x)}):
+        with pytest.raises(ValueError, match=r"x, w require grad.*cake_rmsnorm\(x, w, eps"):
+            cr.cake_rmsnorm_train_forward(x, w, EPS, **kwargs)
+    with pytest.raises(ValueError, match="^w requires grad"):
+        cr.cake_rmsnorm_train_forward(x.detach(), w, EPS)
     with torch.no_grad():
         cr.cake_rmsnorm_train_forward(x, w, EPS, out=torch.empty_like(x))
+    cr.cake_rmsnorm_train_forward(x.detach(), w.detach(), EPS)
 
 
 def _samples(device):

@@ -15,8 +15,8 @@ from cake_rmsnorm import _lib
 from cake_rmsnorm._lib import direct, ops
 from conftest import devices
 
-needs_direct = pytest.mark.skipif(not _calls.DIRECT, reason="the direct binding is off (CAKE_DIRECT="
-                                  f"{os.environ.get('CAKE_DIRECT', 'auto')}, torch {torch.__version__})")
+needs_direct = pytest.mark.skipif(not _calls.DIRECT, reason="the direct binding is off (CAKE_RMSNORM_DIRECT="
+                                  f"{os.environ.get('CAKE_RMSNORM_DIRECT', 'auto')}, torch {torch.__version__})")
 
 
 def _inputs(dev, gen, T=37, H=264, dtype=torch.bfloat16, wdtype=None):
@@ -149,8 +149,8 @@ def test_module_with_a_meta_weight_is_refused_by_name(gen):
 
 def test_the_binding_is_on_wherever_torch_allows():
     """The stable shims from torch 2.14, the tensor object's layout on 2.10-2.13."""
-    if os.environ.get("CAKE_DIRECT", "auto") != "auto":
-        pytest.skip("CAKE_DIRECT picks the binding by hand")
+    if os.environ.get("CAKE_RMSNORM_DIRECT", os.environ.get("CAKE_DIRECT", "auto")) != "auto":
+        pytest.skip("CAKE_RMSNORM_DIRECT picks the binding by hand")
     has_shims = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 14)
     assert _lib.binding == ("shims" if has_shims else "layout")
 
@@ -158,12 +158,12 @@ def test_the_binding_is_on_wherever_torch_allows():
 @pytest.mark.parametrize("binding", ["layout", "shims", "off"])
 def test_each_binding_gives_the_ops_bits(binding):
     """Each binding, chosen by hand in a fresh process, serves the calls with the registered ops' bits."""
-    env = dict(os.environ, CAKE_DIRECT=binding)
+    env = dict(os.environ, CAKE_RMSNORM_DIRECT=binding)
     child = subprocess.run([sys.executable, "-c", "from cake_rmsnorm import _lib; print(_lib.binding)"], env=env,
                            capture_output=True, text=True, check=True)
     probe = child.stdout.strip()
     if binding == "shims" and probe == "None":
-        assert "CAKE_DIRECT=shims: that binding is not available" in child.stderr  # said, not silent
+        assert "CAKE_RMSNORM_DIRECT=shims: that binding is not available" in child.stderr  # said, not silent
         pytest.skip(f"torch {torch.__version__} has no stable Python shims")
     assert probe == ("None" if binding == "off" else binding)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__, "-k",
@@ -177,3 +177,13 @@ def test_an_unknown_binding_is_refused_by_name():
     env = dict(os.environ, CAKE_DIRECT="fast")
     run = subprocess.run([sys.executable, "-c", "import cake_rmsnorm"], env=env, capture_output=True, text=True)
     assert run.returncode != 0 and "CAKE_DIRECT must be one of auto, shims, layout, off" in run.stderr
+
+
+def test_the_old_setting_name_is_read_and_said():
+    """CAKE_DIRECT, the setting's older name, still picks the binding, with a DeprecationWarning."""
+    env = {k: v for k, v in os.environ.items() if k != "CAKE_RMSNORM_DIRECT"}
+    env["CAKE_DIRECT"] = "off"
+    child = subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c",
+                            "from cake_rmsnorm import _lib; print(_lib.binding)"], env=env, capture_output=True,
+                           text=True, check=True)
+    assert child.stdout.strip() == "None" and "CAKE_DIRECT is read as CAKE_RMSNORM_DIRECT" in child.stderr

@@ -41,21 +41,28 @@ def weight_dtypes(hidden: int, device=None) -> tuple:
     """Every weight dtype some activation dtype takes at width ``hidden``: (torch.bfloat16,
     torch.float16, torch.float32), or () when the width is not served (not a positive multiple
     of 8). Which pairs go together: a 16-bit x takes its own dtype or torch.float32; FP32 x
-    takes any of the three. ``device`` is accepted for symmetry; the answer is the same on every
-    device."""
+    takes any of the three. ``device`` (a CPU or CUDA device, or None) is checked and changes
+    nothing: every device, the CPU path included, serves the same pairs."""
     if isinstance(hidden, bool) or not isinstance(hidden, int):
         raise TypeError(f"hidden must be an int, got {type(hidden).__name__}")
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (TypeError, RuntimeError) as e:
+            raise TypeError(f"device must be a torch.device or a device string, got {device!r}") from e
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be a CPU or CUDA device, got {dev}")
     if not _C_checks.width_served(hidden):
         return ()
     return (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _device_sm(device) -> int:
+def _device_sm(device, who) -> int:
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if dev.type != "cuda":
-        raise ValueError(f"program_windows needs a CUDA device or an explicit sm, got {dev}")
+        raise ValueError(f"{who} needs a CUDA device or an explicit sm, got {dev}")
     if not torch.cuda.is_available():
-        raise ValueError(f"program_windows: no CUDA device is available; pass sm= (one of {_ARCH_NAMES})")
+        raise ValueError(f"{who}: no CUDA device is available; pass sm= (one of {_ARCH_NAMES})")
     major, minor = torch.cuda.get_device_capability(dev)
     return major * 10 + minor
 
@@ -96,7 +103,7 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
         raise ValueError(f"sms must be a positive SM count, got {sms!r}")
     if sm is None:
         dev = device if device is not None else torch.device("cuda")
-        sm = _device_sm(dev)
+        sm = _device_sm(dev, "program_windows")
         if sms is None:
             sms = torch.cuda.get_device_properties(torch.device(dev)).multi_processor_count
     routes = ROUTES if route is None else (route,)
@@ -186,7 +193,7 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
     if sm is None or sms is None:
         dev = torch.device(device if device is not None else "cuda")
         if sm is None:
-            sm = _device_sm(dev)
+            sm = _device_sm(dev, "launch_plan")
         if sms is None:
             if dev.type != "cuda" or not torch.cuda.is_available():
                 raise ValueError("launch_plan: no CUDA device to take the SM count from; pass sms=")

@@ -6,7 +6,7 @@ under torch.compile or export (which must see the ops), an active dispatch mode 
 transform, and tensors the direct path does not take (subclasses such as DTensor, fake or
 meta tensors), for which the binding answers ``NotImplemented``. Tensors cross into the binding
 through the stable ABI's Python shims (torch >= 2.14) or the tensor object's layout (2.10-2.13);
-with neither (``CAKE_DIRECT=off``) every call takes the registered ops.
+with neither (``CAKE_RMSNORM_DIRECT=off``) every call takes the registered ops.
 """
 
 import torch

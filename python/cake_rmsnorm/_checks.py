@@ -142,7 +142,6 @@ def check_weight(w, x: torch.Tensor) -> torch.Tensor:
     return w
 
 
-INF = float("inf")
 EPS_MAX = 3.4028234663852886e38  # the largest FP32: eps is applied in FP32
 
 

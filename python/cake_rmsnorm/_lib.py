@@ -27,8 +27,8 @@ _c = ctypes.CDLL(library_path())
 
 # The op bodies without the dispatcher (_calls.py): tensors cross through the stable ABI's Python
 # shims (torch >= 2.14) or, on 2.10-2.13, the tensor object's layout, proven on a probe first.
-# None where neither holds: the registered ops then serve every call. CAKE_DIRECT (auto, shims,
-# layout, off) picks one by hand, to compare them or to turn the path off. The binding calls _C's C
+# None where neither holds: the registered ops then serve every call. CAKE_RMSNORM_DIRECT (auto,
+# shims, layout, off; CAKE_DIRECT, its older name, is still read) picks one by hand, to compare them or to turn the path off. The binding calls _C's C
 # API, resolved from the global namespace: _C is promoted to it first (the same handle, RTLD_GLOBAL).
 ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
 from . import _direct  # noqa: E402
@@ -36,16 +36,23 @@ from . import _direct  # noqa: E402
 _BINDINGS = ("auto", "shims", "layout", "off")
 
 
+DIRECT_ENV = "CAKE_RMSNORM_DIRECT"  # every runtime setting is CAKE_RMSNORM_* (_lowering.py, _fusion.py)
+
+
 def _direct_binding():
-    want = os.environ.get("CAKE_DIRECT", "auto")
+    import warnings
+    name = DIRECT_ENV
+    if DIRECT_ENV not in os.environ and "CAKE_DIRECT" in os.environ:
+        name = "CAKE_DIRECT"
+        warnings.warn(f"CAKE_DIRECT is read as {DIRECT_ENV}, its new name", DeprecationWarning, stacklevel=2)
+    want = os.environ.get(name, "auto")
     if want not in _BINDINGS:
-        raise ValueError(f"CAKE_DIRECT must be one of {', '.join(_BINDINGS)}, got {want!r}")
+        raise ValueError(f"{name} must be one of {', '.join(_BINDINGS)}, got {want!r}")
     probe = torch.empty(0)
     got = _direct.setup(torch.Tensor, torch.nn.Parameter, (torch.bfloat16, torch.float16, torch.float32),
                         probe, probe._cdata, want)
     if got is None and want in ("shims", "layout"):  # asked for by hand, and not there: say so
-        import warnings
-        warnings.warn(f"CAKE_DIRECT={want}: that binding is not available with torch {torch.__version__}; "
+        warnings.warn(f"{name}={want}: that binding is not available with torch {torch.__version__}; "
                       "every call takes the registered ops", RuntimeWarning, stacklevel=2)
     return got
 

@@ -170,10 +170,14 @@ def cake_rmsnorm_train_forward(
         _check_out(residual_out, x, x.shape, x.dtype, "residual_out")
     C.check_no_overlap({"out": out, "rstd": rstd, "residual_out": residual_out},
                        {"x": x, "w": w, "residual": residual})
-    if (out is not None or residual_out is not None) and torch.is_grad_enabled() and (
-            x.requires_grad or w.requires_grad or (residual is not None and residual.requires_grad)):
-        raise ValueError("out= / residual_out= write caller buffers, which autograd cannot follow, and the "
-                         "inputs require grad: call cake_rmsnorm (autograd) or run under torch.no_grad()")
+    if torch.is_grad_enabled():
+        # Not differentiable: its y would have no grad_fn, and a backward through it would fail
+        # far from here (or leave w without a gradient). Said where the call is made instead.
+        needs = [n for n, t in (("x", x), ("w", w), ("residual", residual)) if t is not None and t.requires_grad]
+        if needs:
+            raise ValueError(f"{', '.join(needs)} {'requires' if len(needs) == 1 else 'require'} grad, and "
+                             "cake_rmsnorm_train_forward is not differentiable: call cake_rmsnorm(x, w, eps, ...) "
+                             "(autograd), or run it under torch.no_grad()")
 
     C.check_layout(x, "x")
     if residual is not None:

@@ -100,9 +100,31 @@ class RMSNorm(nn.RMSNorm):
                 self.weight.fill_(0.0 if getattr(self, "zero_centered", False) else 1.0)
 
     @classmethod
-    def from_module(cls, module: nn.Module, zero_centered: bool, eps: Optional[float], **kwargs):
+    def from_module(cls, module: nn.Module, zero_centered: Optional[bool] = None, eps: Optional[float] = None,
+                    **kwargs):
         """A RMSNorm sharing ``module.weight`` (the same Parameter object, so optimizer state
-        and tied references keep working); a module without a weight gives one without."""
+        and tied references keep working); a module without a weight gives one without.
+
+        ``zero_centered`` and ``eps`` default to the module's own: a ``torch.nn.RMSNorm``'s eps
+        (None: the input dtype's epsilon, as torch does) and ``x_hat * w``; for another module,
+        what ``probe_norm`` finds it computes (``x_hat * w`` or Gemma's ``x_hat * (1 + w)``) and
+        its eps attribute. A module that computes no RMSNorm is refused with the reason.
+        ``kwargs`` go to the constructor (``deterministic``, ``accumulate_main_grad``)."""
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if type(module) is nn.RMSNorm:
+            zero_centered = False if zero_centered is None else zero_centered
+            eps = module.eps if eps is None else eps
+        elif zero_centered is None or eps is None:
+            from .patching import _eps_of, probe_norm  # patching imports this module
+            found, why = probe_norm(module) if zero_centered is None else (zero_centered, "")
+            if found is None:
+                raise ValueError(f"module ({type(module).__name__}) does not compute an RMSNorm this class can "
+                                 f"take over: {why}")
+            zero_centered = found
+            eps = _eps_of(module) if eps is None else eps
+        if not isinstance(zero_centered, bool):
+            raise TypeError(f"zero_centered must be a bool, got {type(zero_centered).__name__}")
         w = getattr(module, "weight", None)
         if not isinstance(w, nn.Parameter):  # weightless (a buffer there is no weight, nor the width it runs at)
             w = None

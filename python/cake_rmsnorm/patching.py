@@ -95,7 +95,12 @@ def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
     """(zero_centered, "") when ``module`` computes an RMSNorm over its last dimension with its
     1-D ``weight`` and its eps, as ``x_hat * w`` (False) or Gemma's ``x_hat * (1 + w)`` (True),
     or, with no parameters at all, ``x_hat`` at any width (False), checked on probe inputs (one
-    at a scale where eps matters); else (None, the reason)."""
+    at a scale where eps matters); else (None, the reason). A ``torch.nn.RMSNorm`` is (False, "")
+    as it is: ``patch`` replaces it whatever its eps (None: the dtype's epsilon) and shape."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if type(module) is nn.RMSNorm:
+        return False, ""
     w = getattr(module, "weight", None)
     if not isinstance(w, nn.Parameter) and not any(True for _ in module.parameters()):
         return _probe_weightless(module)  # no weight, or an unused buffer (FalconMamba's)
@@ -203,6 +208,10 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
 
 def unpatch(model: nn.Module, report: PatchReport) -> None:
     """Put back the modules ``patch`` replaced."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(report, PatchReport):
+        raise TypeError(f"report must be the PatchReport that patch(model) returned, got {type(report).__name__}")
     for path, module in report._originals.items():
         _set_submodule(model, path, module)
     report._originals.clear()

@@ -27,7 +27,7 @@ from ._lib import _c
 
 __all__ = ["chunks_per_rank", "backward_partials", "dw_from_partials", "sequence_parallel_backward"]
 
-_MAX_CHUNKS = 4096  # programs.h, kMaxGivenChunks
+_MAX_CHUNKS = 4096  # contract.h, kMaxGivenChunks
 
 
 class _BwdArgs(ctypes.Structure):
@@ -169,5 +169,7 @@ def sequence_parallel_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor
     chunks = chunks_per_rank(rows * world, hidden, world)
     dx, part = backward_partials(g, x, w, rstd, chunks, g_residual=g_residual)
     gathered = torch.empty(world * chunks, hidden, dtype=torch.float32, device=part.device)
-    dist.all_gather_into_tensor(gathered, part, group=group)
+    # all_gather_single where torch has it (all_gather_into_tensor warns of its deprecation there).
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(gathered, part, group=group)
     return dx, dw_from_partials(gathered, dtype=dw_dtype)
