@@ -102,3 +102,29 @@ def test_sequence_parallel_backward_warns_nothing():
         assert torch.equal(dx, want_dx) and torch.equal(dw, want_dw)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_width_the_kernels_do_not_take_says_so_once():
+    """patch() keeps serving a width that is not a multiple of 8 with torch's formula, and says
+    so: in its report, in one warning at patch time, and once a module at the first call."""
+    model = nn.Sequential(nn.Linear(60, 60), nn.RMSNorm(60), nn.Linear(64, 64), nn.RMSNorm(64))
+    with pytest.warns(UserWarning, match=r"1 of them run torch's eager formula.*'?1'? \(width 60 is not a multiple of 8"):
+        report = cr.patch(model)
+    assert [p for p, _ in report.replaced] == ["1", "3"]
+    assert [p for p, _, _ in report.fallback] == ["1"] and [p for p, _ in report.served] == ["3"]
+    x = torch.randn(2, 60, dtype=torch.bfloat16)
+    with pytest.warns(UserWarning, match=r"RMSNorm '1' runs torch's eager formula.*width 60 is not a multiple of 8"):
+        y = model[1](x)
+    torch.testing.assert_close(y, nn.functional.rms_norm(x.float(), (60,), model[1].weight.float()).bfloat16())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model[1](x)  # said once
+        model[3](torch.randn(2, 64, dtype=torch.bfloat16))  # served: nothing to say
+
+
+def test_every_fallback_names_its_reason():
+    m = cr.RMSNorm(64)
+    with pytest.warns(UserWarning, match="torch.float64 activations"):
+        m(torch.randn(2, 64, dtype=torch.float64))
+    with pytest.warns(UserWarning, match="a torch.float32 residual with torch.bfloat16 x"):
+        m.bfloat16()(torch.randn(2, 64, dtype=torch.bfloat16), torch.randn(2, 64))

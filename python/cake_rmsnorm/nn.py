@@ -15,6 +15,24 @@ from .autograd import apply
 _WARNED = set()  # CUDA devices the module warned it runs torch's formula on
 
 
+def fallback_reason(x, residual, width):
+    """Why a call of these inputs runs torch's formula instead of the kernels (None: it does not)."""
+    if width % 8:
+        return f"width {width} is not a multiple of 8 (the kernels' 16-byte vectors)"
+    if x.dtype not in ACT_DTYPES:
+        return f"{x.dtype} activations (the kernels take bfloat16, float16 and float32)"
+    if x.device.type not in ("cpu", "cuda"):
+        return f"{x.device.type} tensors (the kernels run on CPU and CUDA)"
+    if residual is not None and residual.dtype != x.dtype:
+        return (f"a {residual.dtype} residual with {x.dtype} x (the fused residual route takes one dtype; "
+                "cast one of them)")
+    if residual is not None and residual.shape != x.shape:
+        return f"a residual of shape {tuple(residual.shape)} for x of shape {tuple(x.shape)}"
+    if x.dtype == torch.float32 and x.is_cuda and width > FP32_CUDA_MAX_HIDDEN:
+        return f"float32 activations wider than {FP32_CUDA_MAX_HIDDEN} on CUDA"
+    return None
+
+
 def _kernel_refusal(x):
     """Why the library cannot run x's device (None: it can, or x is not on CUDA)."""
     return cuda_refusal(x.get_device()) if x.is_cuda else None
@@ -48,6 +66,11 @@ class RMSNorm(nn.RMSNorm):
     accumulate_main_grad : bool, keyword-only
         When ``weight.main_grad`` (FP32) exists, the backward adds dw into it in place and
         leaves ``weight.grad`` alone (Megatron-style gradient buffers).
+
+    Inputs the kernels do not take (a width that is not a multiple of 8, FP64 or another dtype,
+    a device other than CPU and CUDA, a residual of another dtype or shape) run torch's eager
+    formula instead, with one ``UserWarning`` a module and reason naming the module (its path
+    where ``patch()`` made it), the width and the reason.
 
     Notes
     -----
@@ -209,6 +232,18 @@ class RMSNorm(nn.RMSNorm):
                 warnings.warn(f"{why}: cake_rmsnorm.RMSNorm runs torch's formula on this device", stacklevel=3)
             return self._eager(x, residual)
 
+    def _say_fallback(self, why):
+        """One warning a module and reason: a fallback is never silent, and never noisy."""
+        if torch.compiler.is_compiling():
+            return  # said by the eager call that precedes tracing, or by patch()'s report
+        said = self.__dict__.setdefault("_fallbacks_said", set())
+        if why in said:
+            return
+        said.add(why)
+        name = self.__dict__.get("_path")
+        who = f"cake_rmsnorm.RMSNorm {name!r}" if name else f"cake_rmsnorm.RMSNorm({self.extra_repr()})"
+        warnings.warn(f"{who} runs torch's eager formula, not the fused kernels: {why}", stacklevel=4)
+
     def _forward(self, x, residual):
         k = len(self.normalized_shape)
         if self.any_width:
@@ -217,9 +252,9 @@ class RMSNorm(nn.RMSNorm):
             raise ValueError(f"x's trailing dimensions {tuple(x.shape[-k:])} must be normalized_shape "
                              f"{self.normalized_shape}")
         width = x.shape[-1] if k == 1 else math.prod(self.normalized_shape)
-        if (x.dtype not in ACT_DTYPES or x.device.type not in ("cpu", "cuda") or width % 8
-                or (residual is not None and (residual.dtype != x.dtype or residual.shape != x.shape))
-                or (x.dtype == torch.float32 and x.is_cuda and width > FP32_CUDA_MAX_HIDDEN)):
+        why = fallback_reason(x, residual, width)
+        if why is not None:
+            self._say_fallback(why)
             return self._eager(x, residual)
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         out_dtype = None

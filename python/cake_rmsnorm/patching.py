@@ -25,12 +25,21 @@ _PROBE_TOL = 2e-2
 
 @dataclass
 class PatchReport:
-    """What ``patch`` changed: ``replaced`` [(module path, class name)], ``skipped``
-    [(module path, class name, reason)] for norm-like modules left alone."""
+    """What ``patch`` changed: ``replaced`` [(module path, class name)] every module it swapped,
+    ``fallback`` [(module path, class name, reason)] those of them that run torch's eager
+    formula at every call (a width that is not a multiple of 8), ``served`` the rest (the
+    kernels run them, for the inputs they take), and ``skipped`` [(module path, class name,
+    reason)] the norm-like modules left alone."""
 
     replaced: List[Tuple[str, str]] = field(default_factory=list)
     skipped: List[Tuple[str, str, str]] = field(default_factory=list)
+    fallback: List[Tuple[str, str, str]] = field(default_factory=list)
     _originals: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def served(self) -> List[Tuple[str, str]]:
+        gone = {path for path, _, _ in self.fallback}
+        return [(path, cls) for path, cls in self.replaced if path not in gone]
 
     def __bool__(self):
         return bool(self.replaced)
@@ -197,8 +206,17 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
             if hasattr(module, attr):
                 getattr(new, attr).update(getattr(module, attr))
         _set_submodule(model, path, new)
+        new._path = path  # named in its fallback warnings
         report.replaced.append((path, cls))
         report._originals[path] = module
+        width = math.prod(new.normalized_shape) if not new.any_width else None
+        if width is not None and width % 8:
+            report.fallback.append((path, cls, f"width {width} is not a multiple of 8: torch's eager formula runs"))
+    if report.fallback:
+        warnings.warn(f"cake_rmsnorm.patch replaced {len(report.replaced)} modules; {len(report.fallback)} of them "
+                      "run torch's eager formula, not the fused kernels: "
+                      + "; ".join(f"{p} ({r})" for p, _, r in report.fallback[:4])
+                      + ("; ..." if len(report.fallback) > 4 else "") + " (report.fallback lists them)", stacklevel=2)
     missed = sorted({(cls, reason) for _, cls, reason in report.skipped if "rms" in cls.lower()})
     if missed:
         warnings.warn("cake_rmsnorm.patch left these RMSNorm-like modules alone: "
