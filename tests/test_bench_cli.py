@@ -126,7 +126,26 @@ def test_host_mode_times_every_arm(tmp_path):
     assert {r["op"] for r in rows if r["arm"] == "aten clone (floor)"} == {"fwd"}
     assert all(r["us"] > 0 and r["T"] == 8 and r["H"] == 512 for r in rows)
     md = open(str(out) + ".md").read()
-    assert "vs F.rms_norm" in md and "fwd vs clone" in md
+    assert "speedup vs F.rms_norm" in md and "fwd speedup vs clone" in md
+    assert data["threads"] == torch.get_num_threads()
+    if not torch.cuda.is_available():
+        assert md.startswith("# Wall clock, us a call on the CPU path (compute included")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")
+def test_cpu_run_pins_and_records_its_threads(tmp_path):
+    before = torch.get_num_threads()
+    try:
+        assert main(["--ops", "fwd", "--path", "op", "--hidden", "512", "--tokens", "16", "--threads", "1",
+                     "--out", str(tmp_path / "b")]) == 0
+        data = json.load(open(tmp_path / "b.json"))
+        assert data["threads"] == 1 and "1 threads" in data["timing"]
+        md = open(tmp_path / "b.md").read()
+        assert "1 threads" in md and all(r["speedup_spread"][0] <= r["speedup_spread"][1] for r in data["rows"])
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(SystemExit):
+        main(["--threads", "0"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")

@@ -110,11 +110,13 @@ def host_markdown(rows, title):
     def cell(a, o):
         return f"{us[(a, o)]:.1f}" if (a, o) in us else "-"
 
-    def ratio(a, o, b):
-        return f"{us[(a, o)] / us[(b, o)]:.2f}x" if (a, o) in us and (b, o) in us else "-"
+    def ratio(a, o, b):  # a speedup, as everywhere: b's time over a's (> 1: a is faster)
+        return f"{us[(b, o)] / us[(a, o)]:.2f}x" if (a, o) in us and (b, o) in us else "-"
 
-    lines = [f"# Host cost, us a call ({title})", "",
-             "| arm | " + " | ".join(OPS) + " | fwd_grad vs F.rms_norm | fwd_bwd vs F.rms_norm | fwd vs clone |",
+    lines = [f"# {title}", "",
+             "Speedups: the other's time over the arm's (> 1: the arm is faster).", "",
+             "| arm | " + " | ".join(OPS) + " | fwd_grad speedup vs F.rms_norm | fwd_bwd speedup vs F.rms_norm "
+             "| fwd speedup vs clone |",
              "|---" * (len(OPS) + 4) + "|"]
     for a in arms:
         lines.append(f"| {a} | " + " | ".join(cell(a, o) for o in OPS)

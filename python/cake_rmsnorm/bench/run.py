@@ -335,12 +335,18 @@ def _host_main(args):
             r, skipped = run_host(T, H, table[args.dtype], table[args.weight], dev, calls=args.calls)
             rows += r
     where = torch.cuda.get_device_name() if dev == "cuda" else "CPU path (no CUDA device)"
+    # On a GPU the kernels run asynchronously and the loop times the host alone; on a CPU the
+    # kernels run in the call, so the time is the call's whole cost, compute included.
+    what = ("Host cost, us a call (host time: the GPU work runs behind it)" if dev == "cuda" else
+            f"Wall clock, us a call on the CPU path (compute included, {torch.get_num_threads()} threads)")
     meta = {"device": where, "torch": torch.__version__, "cake_rmsnorm": cr.__version__,
-            "timing": "host wall clock per call, eager, median of 5 loops", "skipped": skipped}
+            "timing": "host wall clock per call, eager, median of 5 loops" if dev == "cuda" else
+                      "CPU wall clock per call (compute included), eager, median of 5 loops",
+            "threads": torch.get_num_threads(), "skipped": skipped}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(dict(meta, rows=rows), f, indent=1)
-    md = host_markdown(rows, f"{where}, torch {torch.__version__}")
+    md = host_markdown(rows, f"{what}: {where}, torch {torch.__version__}")
     md += "".join(f"\n- {a} skipped: {why}" for a, why in skipped.items())
     with open(args.out + ".md", "w") as f:
         f.write(md + "\n")
@@ -382,6 +388,9 @@ def main(argv=None):
     p.add_argument("--floor", action="store_true",
                    help="also time torch elementwise ops of each op's traffic (row['floor_us']; not a peer)")
     p.add_argument("--replays", default=30, type=int, help="paired replays an arm (GPU; default 30)")
+    p.add_argument("--threads", default=None, type=int,
+                   help="CPU threads for every arm (torch.set_num_threads; default: torch's current count), "
+                        "recorded in the results")
     p.add_argument("--out", default="bench", help="output prefix: PREFIX.json, PREFIX.md, PREFIX.png")
     p.add_argument("--quick", action="store_true",
                    help="H 2048 only: T 1024 and 16384 on a GPU, T 256 on the CPU")
@@ -409,6 +418,11 @@ def main(argv=None):
     if not args.path or any(v not in PATHS for v in args.path):
         p.error(f"--path {','.join(args.path)}: a comma-separated subset of {','.join(PATHS)}")
     args.paths = [v for v in PATHS if v in args.path]
+    if args.threads is not None:
+        if args.threads < 1:
+            p.error(f"--threads {args.threads}: at least 1")
+        torch.set_num_threads(args.threads)  # pinned for every arm, ours and the peers'
+    args.threads = torch.get_num_threads()
     if args.host:
         return _host_main(args)
     args.user_hidden, args.user_tokens = args.hidden, args.tokens
@@ -421,8 +435,9 @@ def main(argv=None):
     meta = {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
             "cake_rmsnorm": cr.__version__,
             "timing": "GPU kernel time: union of kernel-active intervals per replay (CUPTI), median"
-                      if gpu else f"CPU wall clock: median of {CPU_BLOCKS} blocks paired with F.rms_norm, "
-                                  "min and max beside it"}
+                      if gpu else f"CPU wall clock, {args.threads} threads: median of {CPU_BLOCKS} blocks paired "
+                                  "with F.rms_norm, the paired ratios' range beside it",
+            "threads": args.threads}
     if gpu:
         meta["copy_TBps"] = COPY_TBPS  # the H200's measured copy ceiling, for the % column
     else:
