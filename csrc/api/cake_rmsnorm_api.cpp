@@ -266,11 +266,11 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
 cake_status_t finalize_call(cake_device_t device, cake_dtype_t dw_dtype, const cake::BwdParams& p, void* stream) {
   if (device == CAKE_DEVICE_CPU) {
     if (dw_dtype == CAKE_DTYPE_BF16)
-      cake::cpu::finalize<cake::cpu::BF16>(p);
+      cake::cpu::run_finalize<cake::cpu::BF16>(p);
     else if (dw_dtype == CAKE_DTYPE_FP16)
-      cake::cpu::finalize<cake::cpu::FP16>(p);
+      cake::cpu::run_finalize<cake::cpu::FP16>(p);
     else
-      cake::cpu::finalize<cake::cpu::F32>(p);
+      cake::cpu::run_finalize<cake::cpu::F32>(p);
     return CAKE_OK;
   }
   if (device != CAKE_DEVICE_CUDA) return CAKE_ERR_INVALID_ARGUMENT;
@@ -289,6 +289,11 @@ cake_status_t finalize_call(cake_device_t device, cake_dtype_t dw_dtype, const c
 }  // namespace
 
 extern "C" {
+
+cake_status_t cake_rmsnorm_set_cpu_parallel_for(cake_parallel_for_fn fn) {
+  cake::cpu::g_parallel_for.store(reinterpret_cast<cake::cpu::ParallelFor>(fn), std::memory_order_release);
+  return CAKE_OK;
+}
 
 cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* a, void* stream) {
   return backward_call(a, 0, stream);

@@ -7,6 +7,13 @@
 
 namespace {
 using CpuOps = cake_torch::Ops<cake_torch::CpuStream>;
+
+// The CPU path on torch's threads (torch.set_num_threads governs them): torch's parallel-for,
+// through the stable ABI, installed once at load. Where it fails the range runs here, whole.
+void torch_parallel(int64_t begin, int64_t end, int64_t grain, cake_parallel_body_fn body, void* ctx) {
+  if (torch_parallel_for(begin, end, grain, body, ctx) != AOTI_TORCH_SUCCESS) body(begin, end, ctx);
+}
+const bool kParallelInstalled = cake_rmsnorm_set_cpu_parallel_for(&torch_parallel) == CAKE_OK;
 }  // namespace
 
 STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {

@@ -266,6 +266,18 @@ CAKE_API cake_status_t cake_rmsnorm_set_one_launch(int max_chunks);
  * The outputs' bits are the same either way. */
 CAKE_API cake_status_t cake_rmsnorm_set_warp_chunks(int min_chunk_rows);
 
+/* The CPU path's threads: fn(begin, end, grain, body, ctx) must run body(lo, hi, ctx) over
+ * disjoint ranges covering [begin, end), each of at least `grain` (but the last), in any order and
+ * on any threads, and return when all are done (OpenMP's or a thread pool's parallel-for). The
+ * CPU calls then spread rows (forward), dw chunks (backward) and dw columns (finalize) over it.
+ * Each row, chunk and column is one range's, summed in one order: the outputs' bits do not
+ * depend on it. NULL (the default in a C or C++ host) runs every call on the calling thread; the
+ * PyTorch extension installs torch's parallel-for at load, so torch.set_num_threads governs it. */
+typedef void (*cake_parallel_body_fn)(int64_t lo, int64_t hi, void* ctx);
+typedef void (*cake_parallel_for_fn)(int64_t begin, int64_t end, int64_t grain, cake_parallel_body_fn body,
+                                     void* ctx);
+CAKE_API cake_status_t cake_rmsnorm_set_cpu_parallel_for(cake_parallel_for_fn fn);
+
 /* How this library was built, in one line: the CUDA toolkit and architectures, or CPU-only and
  * why (no toolkit found, CAKE_FORCE_CPU=1, no listed architecture). */
 CAKE_API const char* cake_rmsnorm_build_info(void);

@@ -1,11 +1,15 @@
 // CPU forward and backward with the CUDA kernels' semantics and bits: FP32 statistics, IEEE
 // arithmetic, each row's sums in the kernels' order (row_order.h), the same chunked dw
-// partials and chunk-order compensated finalize. Single threaded, so trivially deterministic.
-// Torch-free.
+// partials and chunk-order compensated finalize. Spread over threads by rows (forward), dw
+// chunks (backward) and columns (finalize) where a parallel-for is installed (parallel.h): each
+// row, chunk and column is one task's, computed in one order, so the bits do not depend on the
+// thread count. Torch-free.
 #pragma once
 
 #include <cmath>
 #include <vector>
+
+#include "parallel.h"
 
 #include "../compensated.h"
 #include "../params.h"
@@ -22,15 +26,15 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
   for (int i = 0; i < n; ++i) out[i] = W::to_float(src[i]);
 }
 
-// T: x, residual and h_new; W: w; TY: y (T, or the 16-bit compute dtype of FP32 activations).
-// `order`: the row group whose sums the GPU kernels run (row_order.h).
+// Rows [r0, r1) of the forward. T: x, residual and h_new; W: w (wf: as floats); TY: y (T, or
+// the 16-bit compute dtype of FP32 activations). `order`: the row group whose sums the GPU
+// kernels run (row_order.h).
 template <typename T, typename W, typename TY = T>
-void forward(const FwdParams& p, const RowOrder& order) {
+void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, int64_t r0, int64_t r1) {
   const int H = p.hidden;
-  std::vector<float> wf, h(H);
+  std::vector<float> h(H);
   RowSum row_sum;
-  load_weight<W>(p.w, H, wf);
-  for (int64_t row = 0; row < p.rows; ++row) {
+  for (int64_t row = r0; row < r1; ++row) {
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
     for (int i = 0; i < H; ++i) h[i] = T::to_float(x[i]);
     if (p.r != nullptr) {
@@ -50,18 +54,24 @@ void forward(const FwdParams& p, const RowOrder& order) {
     for (int i = 0; i < H; ++i) y[i] = TY::from_float((h[i] * rstd) * wf[i]);
   }
 }
+template <typename T, typename W, typename TY = T>
+void forward(const FwdParams& p, const RowOrder& order) {
+  std::vector<float> wf;
+  load_weight<W>(p.w, p.hidden, wf);
+  forward_rows<T, W, TY>(p, order, wf.data(), 0, p.rows);
+}
 
-// dw from p.chunks FP32 partials (p.partials, [chunks, hidden]) into p.dw: FP32, or W where
-// p.dw_w_dtype (one rounding of the sum).
+// dw of columns [i0, i1) from p.chunks FP32 partials (p.partials, [chunks, hidden]) into p.dw:
+// FP32, or W where p.dw_w_dtype (one rounding of the sum).
 template <typename W>
-void finalize(const BwdParams& p) {
+void finalize_cols(const BwdParams& p, int i0, int i1) {
   const int H = p.hidden;
   // The GPU finalize's order: chunk k into lane k % lanes, lanes l + 32, l + 64, ... folded
   // into lane l in order, then the 32 lanes merged by the xor butterfly. The merge is
   // symmetric, so after the step of offset o lanes j and j ^ o hold equal values: lane 0's
   // result is the tree that merges lane j + o into lane j for j < o.
   const int lanes = finalize_lanes(p.chunks);
-  for (int i = 0; i < H; ++i) {
+  for (int i = i0; i < i1; ++i) {
     float s[kFinalizeLanesMany], c[kFinalizeLanesMany];
     for (int l = 0; l < lanes; ++l) s[l] = c[l] = 0.f;
     for (int k = 0; k < p.chunks; ++k)
@@ -80,15 +90,28 @@ void finalize(const BwdParams& p) {
     }
   }
 }
+template <typename W>
+void finalize(const BwdParams& p) {
+  finalize_cols<W>(p, 0, p.hidden);
+}
+// The finalize spread over columns (a column's sum is one task's).
+template <typename W>
+void run_finalize(const BwdParams& p) {
+  if (p.accumulate) return finalize<W>(p);  // adds into dw: each column once, whatever befalls a range
+  const int64_t grain = std::max<int64_t>(1, kParallelGrainElems / std::max(p.chunks, 1));
+  parallel_for(0, p.hidden, grain, [&](int64_t lo, int64_t hi) {
+    finalize_cols<W>(p, static_cast<int>(lo), static_cast<int>(hi));
+  });
+}
 
-// T: x, dx and g_residual; W: w; TG: g (y's dtype).
+// dx of the rows of chunks [c0, c1) and their dw partials. T: x, dx and g_residual; W: w (wf: as
+// floats); TG: g (y's dtype).
 template <typename T, typename W, typename TG = T>
-void backward(const BwdParams& p, const RowOrder& order) {
+void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf, int c0, int c1) {
   const int H = p.hidden;
-  std::vector<float> wf, gf(H), xf(H), xh(H), comp(H);
+  std::vector<float> gf(H), xf(H), xh(H), comp(H);
   RowSum row_sum;
-  load_weight<W>(p.w, H, wf);
-  for (int c = 0; c < p.chunks; ++c) {
+  for (int c = c0; c < c1; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
     if (part != nullptr)
       for (int i = 0; i < H; ++i) part[i] = comp[i] = 0.f;
@@ -120,6 +143,12 @@ void backward(const BwdParams& p, const RowOrder& order) {
     if (part != nullptr)
       for (int i = 0; i < H; ++i) part[i] -= comp[i];
   }
+}
+template <typename T, typename W, typename TG = T>
+void backward(const BwdParams& p, const RowOrder& order) {
+  std::vector<float> wf;
+  load_weight<W>(p.w, p.hidden, wf);
+  backward_chunks<T, W, TG>(p, order, wf.data(), 0, p.chunks);
   if (p.dw != nullptr) finalize<W>(p);
 }
 
@@ -136,31 +165,61 @@ inline bool host_has_fma() {
   return has;
 }
 template <typename T, typename W, typename TY>
-__attribute__((target("fma"), flatten)) void forward_fma(const FwdParams& p, const RowOrder& order) {
-  forward<T, W, TY>(p, order);
+__attribute__((target("fma"), flatten)) void forward_rows_fma(const FwdParams& p, const RowOrder& order,
+                                                             const float* wf, int64_t r0, int64_t r1) {
+  forward_rows<T, W, TY>(p, order, wf, r0, r1);
 }
 template <typename T, typename W, typename TG>
-__attribute__((target("fma"), flatten)) void backward_fma(const BwdParams& p, const RowOrder& order) {
-  backward<T, W, TG>(p, order);
+__attribute__((target("fma"), flatten)) void backward_chunks_fma(const BwdParams& p, const RowOrder& order,
+                                                                const float* wf, int c0, int c1) {
+  backward_chunks<T, W, TG>(p, order, wf, c0, c1);
+}
+// Whole calls on one thread, as forward and backward (tests/cpp/fma_clone.cpp).
+template <typename T, typename W, typename TY>
+void forward_fma(const FwdParams& p, const RowOrder& order) {
+  std::vector<float> wf;
+  load_weight<W>(p.w, p.hidden, wf);
+  forward_rows_fma<T, W, TY>(p, order, wf.data(), 0, p.rows);
+}
+template <typename T, typename W, typename TG>
+void backward_fma(const BwdParams& p, const RowOrder& order) {
+  std::vector<float> wf;
+  load_weight<W>(p.w, p.hidden, wf);
+  backward_chunks_fma<T, W, TG>(p, order, wf.data(), 0, p.chunks);
+  if (p.dw != nullptr) finalize<W>(p);
 }
 #else
 #define CAKE_CPU_FMA_CLONE 0
 #endif
 
-// The entry points: the FMA clone where the host has the instruction, else the baseline code.
+// The entry points: rows (forward) or dw chunks (backward) spread over the installed
+// parallel-for, each range run by the FMA clone where the host has the instruction, else by the
+// baseline code; then the finalize over columns.
 template <typename T, typename W, typename TY = T>
 void run_forward(const FwdParams& p, const RowOrder& order) {
+  std::vector<float> wf;
+  load_weight<W>(p.w, p.hidden, wf);
+  const int64_t grain = std::max<int64_t>(1, kParallelGrainElems / p.hidden);
+  parallel_for(0, p.rows, grain, [&](int64_t lo, int64_t hi) {
 #if CAKE_CPU_FMA_CLONE
-  if (host_has_fma()) return forward_fma<T, W, TY>(p, order);
+    if (host_has_fma()) return forward_rows_fma<T, W, TY>(p, order, wf.data(), lo, hi);
 #endif
-  forward<T, W, TY>(p, order);
+    forward_rows<T, W, TY>(p, order, wf.data(), lo, hi);
+  });
 }
 template <typename T, typename W, typename TG = T>
 void run_backward(const BwdParams& p, const RowOrder& order) {
+  std::vector<float> wf;
+  load_weight<W>(p.w, p.hidden, wf);
+  const int64_t chunk_elems = std::max<int64_t>(1, p.rows / std::max(p.chunks, 1)) * p.hidden;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrainElems / chunk_elems);
+  parallel_for(0, p.chunks, grain, [&](int64_t lo, int64_t hi) {
 #if CAKE_CPU_FMA_CLONE
-  if (host_has_fma()) return backward_fma<T, W, TG>(p, order);
+    if (host_has_fma()) return backward_chunks_fma<T, W, TG>(p, order, wf.data(), int(lo), int(hi));
 #endif
-  backward<T, W, TG>(p, order);
+    backward_chunks<T, W, TG>(p, order, wf.data(), static_cast<int>(lo), static_cast<int>(hi));
+  });
+  if (p.dw != nullptr) run_finalize<W>(p);
 }
 
 }  // namespace cpu
