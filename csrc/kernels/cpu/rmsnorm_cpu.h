@@ -152,25 +152,27 @@ void backward(const BwdParams& p, const RowOrder& order) {
   if (p.dw != nullptr) finalize<W>(p);
 }
 
-// x86-64 hosts with an FMA instruction run the row code compiled for it (every call inlined
-// into a clone built for that target): std::fma is then one instruction instead of a libm
-// fmaf call in a baseline build. Both round once, and no product is contracted, so the bits
-// are the same on either path (tests/cpp/fma_clone.cpp). That needs -ffp-contract=off, as every
+// x86-64 hosts with AVX2 and FMA run the row code compiled for them (every call inlined into a
+// clone built for that target): std::fma is then one instruction instead of a libm fmaf call
+// in a baseline build, and the elementwise loops run eight lanes wide (docs/perf/runs/cpu-threads.md).
+// Both round once, no product is
+// contracted and no sum reassociated, so the bits are the same on either path
+// (tests/cpp/fma_clone.cpp). That needs -ffp-contract=off, as every
 // build of this header does (setup.py): GCC's default would fuse products in the clone, as it
 // already would on targets where FMA is baseline (aarch64, -march=native).
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__FMA__)
 #define CAKE_CPU_FMA_CLONE 1
 inline bool host_has_fma() {
-  static const bool has = __builtin_cpu_supports("fma");
+  static const bool has = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
   return has;
 }
 template <typename T, typename W, typename TY>
-__attribute__((target("fma"), flatten)) void forward_rows_fma(const FwdParams& p, const RowOrder& order,
+__attribute__((target("avx2,fma"), flatten)) void forward_rows_fma(const FwdParams& p, const RowOrder& order,
                                                              const float* wf, int64_t r0, int64_t r1) {
   forward_rows<T, W, TY>(p, order, wf, r0, r1);
 }
 template <typename T, typename W, typename TG>
-__attribute__((target("fma"), flatten)) void backward_chunks_fma(const BwdParams& p, const RowOrder& order,
+__attribute__((target("avx2,fma"), flatten)) void backward_chunks_fma(const BwdParams& p, const RowOrder& order,
                                                                 const float* wf, int c0, int c1) {
   backward_chunks<T, W, TG>(p, order, wf, c0, c1);
 }
