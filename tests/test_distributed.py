@@ -127,9 +127,11 @@ def test_multigpu_script_on_cpu_gloo(tmp_path):
     out = tmp_path / "mg.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            script, "--device", "cpu", "--hidden", "128", "--seq", "64", "--steps", "3", "--sp-tokens", "2048",
-           "--json", str(out)]
+           "--tp-hidden", "128", "--tp-steps", "2", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(out.read_text())
     assert set(rep["norm_grads_bitwise"]) == {"ddp", "fsdp2"} and all(rep["norm_grads_bitwise"].values())
     assert rep["sequence_parallel"]["sharded_repeatable_bitwise"]
+    step = rep["tp_sp_step"]  # reported, not checked: a 2-core host's time says nothing
+    assert step["stock"]["ms"] > 0 and step["patched"]["ms"] > 0 and 0 <= step["patched"]["collectives_share"] <= 1

@@ -21,7 +21,9 @@ cake_rmsnorm_group group_of(const cake::Program& p) {
 extern "C" int cake_rmsnorm_program_windows_sms(const char* route, int64_t hidden, int sm, int64_t sms,
                                                 cake_rmsnorm_window* out, int capacity) {
   cake::Route r;
-  if (!cake::parse_route(route, &r) || capacity < 0 || (capacity > 0 && out == nullptr) || sms < 0) return -1;
+  if (!cake::parse_route(route, &r) || capacity < 0 || (capacity > 0 && out == nullptr) || sms < 0 ||
+      sms > (int64_t(1) << 20))
+    return -1;
   cake::Window tmp[16];
   const int n = cake::arch_known(sm) ? cake::windows_for(r, hidden, cake::device_table(sm, sms), tmp, 16) : -1;
   for (int i = 0; i < n && i < capacity && i < 16; ++i) {

@@ -72,9 +72,11 @@ struct DeviceFacts {
 // Without a device: the CTAs an SM that the backward's launch bounds guarantee (params.h: at most
 // 65536 / (kMaxBwdThreads * kBwdMinBlocks) registers a thread, the wide instances' at 512 x 1),
 // at most 2048 threads and 228 KB of shared memory (1 KB reserved a CTA) an SM, as on every
-// shipped architecture; 0 (unknown) for the forward's instances, whose register caps differ by
-// instance. A device's own count (the occupancy query) is at least this.
+// shipped architecture, and the register-named barriers' 4 CTAs; 0 (unknown) for the forward's
+// instances, whose register caps differ by instance. A model, not a query: a device's own count
+// (the occupancy query) is what a call uses.
 constexpr int64_t kRegsPerSm = 65536, kThreadsPerSm = 2048, kSmemPerSm = 228 * 1024, kSmemPerCtaReserved = 1024;
+constexpr int64_t kRegisterBarrierCtas = 4;
 constexpr int64_t resident_bound_per_sm(const KernelKey& k, int block, size_t smem) {
   const bool wide = k.family == Family::kBwdWide || k.family == Family::kBwdOneWide;
   const bool rows = wide || k.family == Family::kBwdRows || k.family == Family::kBwdOne ||
@@ -83,6 +85,9 @@ constexpr int64_t resident_bound_per_sm(const KernelKey& k, int block, size_t sm
   const int64_t regs = wide ? kRegsPerSm / kMaxBwdWideThreads : kRegsPerSm / (kMaxBwdThreads * kBwdMinBlocks);
   int64_t n = kRegsPerSm / (regs * block);
   if (kThreadsPerSm / block < n) n = kThreadsPerSm / block;
+  // A runtime-width instance names its barriers by register, so ptxas reserves all 16 of a
+  // CTA's: 4 CTAs an SM at most (params.h, GroupSync).
+  if (k.tpr == 0 && n > kRegisterBarrierCtas) n = kRegisterBarrierCtas;
   const int64_t by_smem = kSmemPerSm / (static_cast<int64_t>(smem) + kSmemPerCtaReserved);
   return by_smem < n ? by_smem : n;
 }
@@ -169,16 +174,19 @@ constexpr int64_t persistent_grid(int64_t resident, int64_t sms, int ctas_per_sm
 
 // The ring a CTA keeps where each SM runs `per_sm` of the grid's CTAs: the table's, one row
 // deeper (ArchTable::bwd_deep_ring_stages) while one stage of the SM's CTAs is less than
-// kStageBytesPerSm in flight and a chunk holds more rows than the deeper ring. Measured on the
-// H200 (docs/perf/runs/h200-bwd-ring-depth.md): three rows 2-7 % faster at 16 and 24 KB a stage
-// an SM (H 512 and 1536 at T 8192..32768), every deeper ring slower at 32 KB and more (H 512,
-// 1536 and 2048 at their largest T, 4096, 6144 and the per-head view at every T).
+// kStageBytesPerSm in flight and a chunk holds at least kDeepRingChunkRows rows. From
+// docs/perf/runs/h200-bwd-ring-depth.json (58 rows, every table program at depths 2..8): the rule
+// picks three rows at four of them, each faster (H 512 T 16384 and 32768, H 1536 T 8192 and
+// 16384: 2.3-6.7 %), and at none where three rows were slower (16 and 24 KB a stage with chunks
+// of 4 or 8 rows: up to 2.3 % slower; 32 KB and more: slower everywhere).
 constexpr int64_t kStageBytesPerSm = 32 * 1024;
+constexpr int64_t kDeepRingChunkRows = 16;
 constexpr int64_t stage_bytes(const Program& p, bool residual) { return int64_t(p.cta) * p.vpt * 16 * (residual ? 3 : 2); }
 constexpr int backward_stages(const Program& p, int64_t per_sm, int64_t chunk_rows, bool residual, const ArchTable& t) {
   const int deep = t.bwd_deep_ring_stages;
-  const bool deeper = p.stages == t.ring_stages && deep > p.stages && per_sm * stage_bytes(p, residual) < kStageBytesPerSm &&
-                      chunk_rows > deep && backward_smem_bytes(p.cta, p.vpt, deep, residual) <= t.smem_per_cta;
+  const bool deeper = p.stages == t.ring_stages && deep > p.stages && per_sm > 0 &&
+                      per_sm * stage_bytes(p, residual) < kStageBytesPerSm && chunk_rows >= kDeepRingChunkRows &&
+                      backward_smem_bytes(p.cta, p.vpt, deep, residual) <= t.smem_per_cta;
   return deeper ? deep : p.stages;
 }
 // CTAs an SM for a persistent grid of `wanted` CTAs, each taking its chunks in turn, on `sms` SMs
@@ -245,7 +253,6 @@ struct BwdPlan {
   bool finalize;              // the dw finalize runs after the kernel
   FinalizeKey fin;
   int64_t fin_grid;           // its CTAs (block: fin.cols * fin.lanes)
-  int64_t resident_per_sm;    // the instance's resident CTAs an SM at its ring (0: unknown)
 };
 
 constexpr KernelKey backward_key(Family f, const BwdCall& c, int vectors) {
@@ -302,7 +309,6 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
     b.key = k;
     b.smem = size_t(b.program.cta / 32) * 32 * b.program.vpt * 8 * sizeof(float);
     const int64_t resident = ask_resident(d, k, b.program.cta, b.smem);
-    b.resident_per_sm = d.sms > 0 ? resident / d.sms : 0;
     b.grid = persistent_grid(resident, d.sms, 0, ceil_div(c.chunks, b.program.cta / 32), c.max_ctas);
     b.smem_ready = d.resident != nullptr;
     return b;
@@ -322,11 +328,14 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
   b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual);
   int64_t resident = ask_resident(d, b.key, b.program.cta, b.smem);
   b.smem_ready = d.resident != nullptr;
-  if (!c.overridden && !b.pair && d.sms > 0 && resident > 0) {  // the grid and ring from the device's facts
+  // The grid and ring from the device's facts; a tuning hook's program, row pairs and the
+  // caller's grid cap run as given.
+  if (!c.overridden && !b.pair && c.max_ctas == 0 && d.sms > 0 && resident >= d.sms) {
     const int64_t per_sm = resident / d.sms;
-    const int64_t k = fill_ctas_per_sm(wanted, d.sms, per_sm, b.program, q, c.residual, t);
+    int64_t k = fill_ctas_per_sm(wanted, d.sms, per_sm, b.program, q, c.residual, t);
     const int64_t held = ceil_div(wanted < k * d.sms ? wanted : k * d.sms, d.sms);  // CTAs an SM runs at once
     const int stages = backward_stages(b.program, held, q, c.residual, t);
+    bool deep = false;
     if (stages != b.program.stages) {  // the deeper ring, where its shared memory keeps the CTAs
       const size_t smem = backward_smem_bytes(b.program.cta, b.program.vpt, stages, c.residual);
       const int64_t deep_resident = ask_resident(d, b.key, b.program.cta, smem);
@@ -334,11 +343,12 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
         b.program.stages = stages;
         b.smem = smem;
         resident = deep_resident;
+        deep = true;
       }
     }
+    if (stages != b.program.stages && !deep) k = per_sm;  // fewer CTAs were costed with that ring
     if (k < per_sm) b.program.ctas_per_sm = static_cast<int>(k);
   }
-  b.resident_per_sm = d.sms > 0 ? resident / d.sms : 0;
   b.grid = persistent_grid(resident, d.sms, b.program.ctas_per_sm, wanted, c.max_ctas);
   return b;
 }

@@ -28,7 +28,6 @@ struct Launch {
   int64_t fin_grid;   // its CTAs (block: fin.cols * fin.lanes)
   Program program;    // the program the grid runs (its row group and CTA)
   Program pair_twin;  // the backward's row-pair twin, cta 0 where there is none
-  int64_t resident_per_sm;  // the backward kernel's resident CTAs an SM at its ring (0: unknown)
 };
 
 // A call as resolve sees it: the route, dtype codes (y: y's forward, g's backward), shape, and
@@ -115,7 +114,6 @@ inline Resolved backward16(const Call& c, const Program& table, const BwdLimits&
   l->finalize = b.finalize;
   l->fin = b.fin;
   l->fin_grid = b.fin_grid;
-  l->resident_per_sm = b.resident_per_sm;
   return compiled(b.key) ? Resolved::kOk : Resolved::kNoInstance;
 }
 

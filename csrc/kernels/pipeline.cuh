@@ -30,8 +30,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-// Deeper rings (tuning overrides only): out of line (static: one copy a translation unit),
-// so the jump table and its constant-bank loads stay off the hot path.
+// Deeper rings (the backward's three-row ring where the plan derives it, and tuning overrides):
+// out of line (static: one copy a translation unit), so the jump table and its constant-bank
+// loads stay off the two-row ring's path.
 static __device__ __noinline__ void cp_async_wait_deep(int stages) {
   switch (stages) {
     case 3: cp_async_wait<2>(); break;
@@ -43,7 +44,7 @@ static __device__ __noinline__ void cp_async_wait_deep(int stages) {
   }
 }
 // Waits until at most `stages - 1` groups are pending: the oldest row of the ring has landed.
-// The tables' depths (2, or 1 for very wide rows) cost a compare and a branch.
+// The tables' depths (2, or 1 for very wide rows) cost a compare and a branch; deeper ones a call.
 __device__ __forceinline__ void cp_async_wait_ring(int stages) {
   if (stages == 2) {
     cp_async_wait<1>();

@@ -138,7 +138,8 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
         y's (forward) or g's (backward), with FP32 activations: any of the three (default FP32).
     sm, sms : int, optional
         Architecture (one of ``SHIPPED_ARCHS``) and SM count; taken from ``device`` (or the
-        current CUDA device) when omitted. The SM count sets the backward's finalize shape.
+        current CUDA device) when omitted. The SM count sets the windows' edges that count CTAs or
+        elements, the backward's grid, ring and CTAs an SM, and its finalize shape.
 
     Returns
     -------
@@ -157,7 +158,8 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
         and template arguments), ``grid``, ``block``, ``smem_bytes`` and, for the backward,
         ``finalize`` (its grid and block). With neither ``sm`` nor ``sms`` given and a CUDA device
         there, the device's resident CTAs cap the persistent grids as a call's are
-        (:func:`last_launch` reports what a call ran); otherwise they are uncapped. 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
+        (:func:`last_launch` reports what a call ran); otherwise the backward's resident CTAs are
+        those its launch bounds guarantee (a model of the device, not its occupancy query). 16-bit programs are named as in :func:`program_windows` (``_r{rows}`` where a
         streaming group takes several rows); FP32 ones
         ``fp32_t{threads a row}x{rows a CTA}_v{float4 vectors a thread}_s{backward ring rows}``.
     """

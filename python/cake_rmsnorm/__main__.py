@@ -83,9 +83,10 @@ def _windows_main(argv):
         major, minor = torch.cuda.get_device_capability()
         archs = [10 * major + minor]
         sms_of = {archs[0]: a.sms or torch.cuda.get_device_properties(0).multi_processor_count}
-    else:  # no device: every shipped architecture (or --sm) on its reference device
+    else:  # --sm, or no device: every shipped architecture (or --sm) on its reference device
         archs = [a.sm] if a.sm is not None else list(cr.SHIPPED_ARCHS)
-        sms_of = {sm: a.sms or REFERENCE_SMS[sm] for sm in archs}
+        here = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else None
+        sms_of = {sm: a.sms or here or REFERENCE_SMS[sm] for sm in archs}
         if a.sm is None:
             print("no CUDA device: every shipped architecture at its reference device's SM count "
                   + ", ".join(f"sm_{sm}a {n}" for sm, n in sms_of.items()), file=sys.stderr)

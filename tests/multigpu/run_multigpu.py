@@ -15,6 +15,9 @@
 4. DTensor (2 ranks): tests/test_dtensor.py's 1-D checks on this device: the ops' sharding
    rules, RMSNorm under SequenceParallel and a patched Llama under a tensor + sequence parallel
    plan, eager and compiled.
+5. The time of a tensor + sequence parallel training step of a Llama (--tp-hidden), patched
+   against unpatched, eager, median of --tp-steps, and the collectives' share of it (the
+   profiler's NCCL kernels on CUDA, its c10d / gloo events on the CPU). Reported, not checked.
 
 Every rank prints its lines; rank 0 also writes --json. Exits non-zero when a check fails
 (losses outside the noise bound, DDP or FSDP2 norm gradients not bitwise repeatable, the sharded dw not
@@ -181,6 +184,68 @@ def time_backwards(g, x, w, rstd, device, reps=20):
     return out
 
 
+def tp_sp_step_time(device, rank, world, hidden, steps):
+    """Median ms of a tensor + sequence parallel training step (forward, backward, SGD) of a
+    Llama under torchtitan's plan, stock and patched, and the collectives' share of a step."""
+    if world != 2:
+        return {"skipped": f"the plan is checked for 2 ranks, not {world}"}
+    import statistics
+    import sys
+    import time
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import test_dtensor
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    mesh = init_device_mesh(device, (world,))
+    cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=hidden * 2,
+                                   num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                                   max_position_embeddings=256)
+    torch.manual_seed(0)
+    base = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=torch.bfloat16)
+    ids = torch.randint(0, 1024, (4, 256), generator=torch.Generator().manual_seed(1)).to(device)
+    pos = torch.arange(256, device=device).expand(4, 256)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = {"hidden": hidden, "tokens": 4 * 256}
+    for name, patched in (("stock", False), ("patched", True)):
+        model = copy.deepcopy(base)
+        if patched:
+            cr.patch(model)
+        parallelize_module(model, mesh, test_dtensor._llama_plan(cfg))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=ids, position_ids=pos).loss.backward()
+            opt.step()
+
+        for _ in range(2):
+            step()
+        times = []
+        for _ in range(steps):
+            dist.barrier()
+            sync()
+            t = time.perf_counter()
+            step()
+            sync()
+            times.append((time.perf_counter() - t) * 1e3)
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            step()
+            sync()
+        if device == "cuda":
+            total = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+            comm = sum(e.device_time for e in prof.events()
+                       if e.device_type == torch.autograd.DeviceType.CUDA and "nccl" in e.name.lower())
+        else:
+            top = [e for e in prof.events() if e.cpu_parent is None]
+            total = sum(e.cpu_time_total for e in top)
+            comm = sum(e.cpu_time_total for e in top if "c10d" in e.name or "gloo" in e.name.lower())
+        out[name] = {"ms": statistics.median(times), "collectives_share": comm / total if total else None}
+        del model, opt
+    out["patched_over_stock"] = out["patched"]["ms"] / out["stock"]["ms"]
+    return out
+
+
 def dtensor_parallel(device, rank, world):
     """tests/test_dtensor.py's 1-D checks on this device: every op with rows sharded against the
     unsharded bits, RMSNorm under SequenceParallel (eager and compiled), and a patched Llama
@@ -210,6 +275,8 @@ def main():
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--sp-tokens", type=int, default=8192)
+    p.add_argument("--tp-hidden", type=int, default=1024, help="the tensor + sequence parallel step's width")
+    p.add_argument("--tp-steps", type=int, default=10)
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -248,6 +315,7 @@ def main():
         report["norm_grads_checked"] = sorted(runs[0][0])[:3] + (["..."] if len(runs[0][0]) > 3 else [])
         report["sequence_parallel"] = sequence_parallel(device, rank, world, args.sp_tokens, args.hidden)
         report["dtensor"] = dtensor_parallel(device, rank, world)
+        report["tp_sp_step"] = tp_sp_step_time(device, rank, world, args.tp_hidden, args.tp_steps)
         dist.barrier()
     finally:
         dist.destroy_process_group()
