@@ -126,20 +126,20 @@ inline Program select_program(Route route, int64_t hidden, int64_t rows, int sm,
   for (int i = 0; i < filled && e == nullptr; ++i)
     if (cache[i].route == route && cache[i].hidden == hidden && cache[i].sm == arch && cache[i].sms == sms)
       e = &cache[i];
-  const ArchTable t = device_table(arch, sms);
   if (e == nullptr) {
     Entry& fresh = cache[next];
     fresh.route = route;
     fresh.hidden = hidden;
     fresh.sm = arch;
     fresh.sms = sms;
-    fresh.n = windows_for(route, hidden, t, fresh.w, kMaxWindows);
+    fresh.n = windows_for(route, hidden, device_table(arch, sms), fresh.w, kMaxWindows);
     next = (next + 1) % kEntries;
     if (filled < kEntries) ++filled;
     e = &fresh;
   }
   for (int i = 0; i < e->n && i < kMaxWindows; ++i)
     if (rows > e->w[i].above && (e->w[i].at_most < 0 || rows <= e->w[i].at_most)) return e->w[i].program;
+  const ArchTable t = device_table(arch, sms);  // no window holds rows (a width not served)
   return is_forward(route) ? forward_program(static_cast<int>(hidden), has_residual(route), t)
                            : backward_program(static_cast<int>(hidden), t);
 }

@@ -157,31 +157,40 @@ def sequence_parallel(device, rank, world, T, H, repeats=2):
     }
 
 
+def _sync(device):
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def median_ms(fn, device, reps, warmup=1):
+    """Median ms of fn over reps calls, the ranks lined up by a barrier before each."""
+    import statistics
+    import time
+    sync = _sync(device)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        sync()
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
 def time_backwards(g, x, w, rstd, device, reps=20):
     """Median ms of one rank's backward with dw: the all-reduce of its dw against the bitwise
     mode's partials, all-gather and finalize (what the option costs)."""
-    import statistics
-    import time
     from cake_rmsnorm import sequence_parallel as sp
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def allreduce():
         _, dw = cr.cake_rmsnorm_train_backward(g, x, w, rstd)
         dist.all_reduce(dw)
 
-    out = {}
-    for name, fn in (("ms_allreduce", allreduce), ("ms_bitwise", lambda: sp.sequence_parallel_backward(g, x, w, rstd))):
-        fn()
-        times = []
-        for _ in range(reps):
-            dist.barrier()
-            sync()
-            t = time.perf_counter()
-            fn()
-            sync()
-            times.append((time.perf_counter() - t) * 1e3)
-        out[name] = statistics.median(times)
-    return out
+    return {name: median_ms(fn, device, reps)
+            for name, fn in (("ms_allreduce", allreduce),
+                             ("ms_bitwise", lambda: sp.sequence_parallel_backward(g, x, w, rstd)))}
 
 
 def tp_sp_step_time(device, rank, world, hidden, steps):
@@ -189,9 +198,7 @@ def tp_sp_step_time(device, rank, world, hidden, steps):
     Llama under torchtitan's plan, stock and patched, and the collectives' share of a step."""
     if world != 2:
         return {"skipped": f"the plan is checked for 2 ranks, not {world}"}
-    import statistics
     import sys
-    import time
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import test_dtensor
     from torch.distributed.device_mesh import init_device_mesh
@@ -204,7 +211,7 @@ def tp_sp_step_time(device, rank, world, hidden, steps):
     base = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=torch.bfloat16)
     ids = torch.randint(0, 1024, (4, 256), generator=torch.Generator().manual_seed(1)).to(device)
     pos = torch.arange(256, device=device).expand(4, 256)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = _sync(device)
     out = {"hidden": hidden, "tokens": 4 * 256}
     for name, patched in (("stock", False), ("patched", True)):
         model = copy.deepcopy(base)
@@ -218,16 +225,7 @@ def tp_sp_step_time(device, rank, world, hidden, steps):
             model(input_ids=ids, labels=ids, position_ids=pos).loss.backward()
             opt.step()
 
-        for _ in range(2):
-            step()
-        times = []
-        for _ in range(steps):
-            dist.barrier()
-            sync()
-            t = time.perf_counter()
-            step()
-            sync()
-            times.append((time.perf_counter() - t) * 1e3)
+        ms = median_ms(step, device, steps, warmup=2)
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
         with torch.profiler.profile(activities=acts) as prof:
             step()
@@ -240,7 +238,7 @@ def tp_sp_step_time(device, rank, world, hidden, steps):
             top = [e for e in prof.events() if e.cpu_parent is None]
             total = sum(e.cpu_time_total for e in top)
             comm = sum(e.cpu_time_total for e in top if "c10d" in e.name or "gloo" in e.name.lower())
-        out[name] = {"ms": statistics.median(times), "collectives_share": comm / total if total else None}
+        out[name] = {"ms": ms, "collectives_share": comm / total if total else None}
         del model, opt
     out["patched_over_stock"] = out["patched"]["ms"] / out["stock"]["ms"]
     return out

@@ -327,12 +327,11 @@ def int_list(s):
 
 def _host_main(args):
     from .host import host_markdown, run_host
-    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     rows, skipped = [], {}
     for H in args.hidden or [4096]:
         for T in args.tokens or [8]:
-            r, skipped = run_host(T, H, table[args.dtype], table[args.weight], dev, calls=args.calls)
+            r, skipped = run_host(T, H, DTYPES[args.dtype], DTYPES[args.weight], dev, calls=args.calls)
             rows += r
     where = torch.cuda.get_device_name() if dev == "cuda" else "CPU path (no CUDA device)"
     # On a GPU the kernels run asynchronously and the loop times the host alone; on a CPU the
