@@ -172,51 +172,6 @@ constexpr int64_t persistent_grid(int64_t resident, int64_t sms, int ctas_per_sm
   return wanted;
 }
 
-// The ring a CTA keeps where each SM runs `per_sm` of the grid's CTAs: the table's, one row
-// deeper (ArchTable::bwd_deep_ring_stages) while one stage of the SM's CTAs is less than
-// kStageBytesPerSm in flight and a chunk holds at least kDeepRingChunkRows rows. From
-// docs/perf/runs/h200-bwd-ring-depth.json (58 rows, every table program at depths 2..8): the rule
-// picks three rows at four of them, each faster (H 512 T 16384 and 32768, H 1536 T 8192 and
-// 16384: 2.3-6.7 %), and at none where three rows were slower (16 and 24 KB a stage with chunks
-// of 4 or 8 rows: up to 2.3 % slower; 32 KB and more: slower everywhere).
-constexpr int64_t kStageBytesPerSm = 32 * 1024;
-constexpr int64_t kDeepRingChunkRows = 16;
-constexpr int64_t stage_bytes(const Program& p, bool residual) { return int64_t(p.cta) * p.vpt * 16 * (residual ? 3 : 2); }
-constexpr int backward_stages(const Program& p, int64_t per_sm, int64_t chunk_rows, bool residual, const ArchTable& t) {
-  const int deep = t.bwd_deep_ring_stages;
-  const bool deeper = p.stages == t.ring_stages && deep > p.stages && per_sm > 0 &&
-                      per_sm * stage_bytes(p, residual) < kStageBytesPerSm && chunk_rows >= kDeepRingChunkRows &&
-                      backward_smem_bytes(p.cta, p.vpt, deep, residual) <= t.smem_per_cta;
-  return deeper ? deep : p.stages;
-}
-// CTAs an SM for a persistent grid of `wanted` CTAs, each taking its chunks in turn, on `sms` SMs
-// with up to `resident_per_sm` resident: the count whose rounds of CTAs cost least. A round of k
-// CTAs an SM costs k CTA-times over the fraction of the SM's bandwidth their rings keep in flight
-// (the ring's bytes an SM over kSaturatingRingBytes, at most 1: the H200's ring-depth runs stop
-// gaining at 48 KB); a count below the resident one must win by kFewerCtasGain, else every
-// resident CTA runs. 386 chunks of a 256-thread H 3584 group on 132 SMs of two: two rounds of two
-// (cost 4) against three rounds of one with a three-row ring (cost 3).
-constexpr int64_t kSaturatingRingBytes = 48 * 1024;
-constexpr int kFewerCtasGainPct = 10;
-constexpr int64_t fill_ctas_per_sm(int64_t wanted, int64_t sms, int64_t resident_per_sm, const Program& p,
-                                   int64_t chunk_rows, bool residual, const ArchTable& t) {
-  if (sms <= 0 || resident_per_sm <= 1 || wanted <= resident_per_sm * sms) return resident_per_sm;  // one round
-  int64_t best = 0, best_cost = 0, full_cost = 0;  // cost in CTA-times x 1000
-  for (int64_t k = resident_per_sm; k >= 1; --k) {
-    const int64_t held = k < ceil_div(wanted, sms) ? k : ceil_div(wanted, sms);
-    const int64_t ring = held * stage_bytes(p, residual) * backward_stages(p, held, chunk_rows, residual, t);
-    const int64_t sat = ring < kSaturatingRingBytes ? ring * 1000 / kSaturatingRingBytes : 1000;
-    const int64_t cost = ceil_div(wanted, k * sms) * held * 1000000 / (sat > 0 ? sat : 1);
-    if (k == resident_per_sm) full_cost = cost;
-    if (best == 0 || cost < best_cost) best = k, best_cost = cost;
-  }
-  return best_cost * 100 <= full_cost * (100 - kFewerCtasGainPct) ? best : resident_per_sm;
-}
-static_assert(fill_ctas_per_sm(386, 132, 2, backward_program(3584, kSm90), 31, false, kSm90) == 1 &&
-                  fill_ctas_per_sm(256, 132, 2, backward_program(3584, kSm90), 19, false, kSm90) == 2 &&
-                  fill_ctas_per_sm(512, 132, 2, backward_program(4096, kSm90), 128, false, kSm90) == 2,
-              "H 3584 at T 12345 (386 chunks): one CTA an SM, three rounds; whole rounds keep both");
-
 // The kernel choices beside the program, the architecture table's or the tuning hooks': the
 // one launch up to one_launch_chunks dw chunks (one_launch_fits), warp chunks from
 // warp_chunk_rows rows a chunk (warp_chunks_fit); 0: never.
@@ -227,8 +182,7 @@ struct BwdLimits {
 };
 // A backward call as its plan sees it: dtype codes (g is x's), the route, the shape, the dw
 // chunking (contract.h), whether dw is wanted (false: no dw, or partials kept for the caller),
-// whether it comes back in w's 16-bit dtype, the caller's grid cap (0: none), and whether the
-// program is a tuning hook's (its CTAs an SM and ring are then taken as given).
+// whether it comes back in w's 16-bit dtype, and the caller's grid cap (0: none).
 struct BwdCall {
   int x, w;
   bool residual;
@@ -238,7 +192,6 @@ struct BwdCall {
   bool want_dw;
   bool dw_in_w_dtype;
   int max_ctas;
-  bool overridden;
 };
 struct BwdPlan {
   Program program;    // what the grid runs: the table's, its pair twin or the one launch's; its
@@ -273,11 +226,10 @@ constexpr KernelKey rows_key(const BwdCall& c, const Program& p, bool constant_w
 
 // The one plan of a backward call, down to its launch: the one launch (dw wanted, an uncapped
 // grid, few chunks), else warp chunks, else the table's program or its pair twin, on a
-// persistent grid whose CTAs an SM and ring follow from the device's SM count and the
-// instance's residency (fill_ctas_per_sm, backward_stages), then the finalize. Nothing here
+// persistent grid of every CTA the device keeps resident (its SM count, the instance's
+// residency), then the finalize. Nothing here
 // moves a bit: the chunks (and so dw's order) are the call's, the row group the table's.
-constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const BwdLimits& lim, const ArchTable& t,
-                                const DeviceFacts& d) {
+constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d) {
   BwdPlan b{};
   b.program = table;
   const int64_t q = c.chunks > 0 ? c.rows / c.chunks : 0;
@@ -328,27 +280,9 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
   b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual);
   int64_t resident = ask_resident(d, b.key, b.program.cta, b.smem);
   b.smem_ready = d.resident != nullptr;
-  // The grid and ring from the device's facts; a tuning hook's program, row pairs and the
-  // caller's grid cap run as given.
-  if (!c.overridden && !b.pair && c.max_ctas == 0 && d.sms > 0 && resident >= d.sms) {
-    const int64_t per_sm = resident / d.sms;
-    int64_t k = fill_ctas_per_sm(wanted, d.sms, per_sm, b.program, q, c.residual, t);
-    const int64_t held = ceil_div(wanted < k * d.sms ? wanted : k * d.sms, d.sms);  // CTAs an SM runs at once
-    const int stages = backward_stages(b.program, held, q, c.residual, t);
-    bool deep = false;
-    if (stages != b.program.stages) {  // the deeper ring, where its shared memory keeps the CTAs
-      const size_t smem = backward_smem_bytes(b.program.cta, b.program.vpt, stages, c.residual);
-      const int64_t deep_resident = ask_resident(d, b.key, b.program.cta, smem);
-      if (deep_resident >= held * d.sms) {
-        b.program.stages = stages;
-        b.smem = smem;
-        resident = deep_resident;
-        deep = true;
-      }
-    }
-    if (stages != b.program.stages && !deep) k = per_sm;  // fewer CTAs were costed with that ring
-    if (k < per_sm) b.program.ctas_per_sm = static_cast<int>(k);
-  }
+  // Every resident CTA at the table's ring: fewer CTAs an SM with a deeper ring, and a deeper ring
+  // alone, were derived and timed and lost on shapes nobody tuned for
+  // (docs/perf/runs/h200-plan-ab-sweep-d3aeefd.json, docs/perf/dispatch.md).
   b.grid = persistent_grid(resident, d.sms, b.program.ctas_per_sm, wanted, c.max_ctas);
   return b;
 }

@@ -41,9 +41,6 @@ struct ArchTable {
   int bwd_max_groups;            // row groups a backward CTA (#the-cta-and-the-two-row-ring)
   int bwd_cta_cap;               // threads a backward CTA at most (#the-cta-and-the-two-row-ring)
   int ring_stages;               // rows in a row group's cp.async ring (#the-cta-and-the-two-row-ring)
-  int bwd_deep_ring_stages;      // the backward's ring where a stage of an SM's CTAs is under 32 KB
-                                 // and chunks hold 16 rows or more (plan.h, backward_stages;
-                                 // runs/h200-bwd-ring-depth.json)
   int64_t stream_max_ctas;       // the small streaming window: at most this grid (scaled) ...
   int64_t stream_small_elems;    // ... and this many elements read (scaled; #the-streaming-forward...)
   int64_t stream_large_elems;    // the large streaming window from this many elements (scaled)
@@ -72,7 +69,6 @@ constexpr ArchTable sm90_table() {
   t.bwd_max_groups = 8;
   t.bwd_cta_cap = 128;
   t.ring_stages = 2;
-  t.bwd_deep_ring_stages = 3;
   t.stream_max_ctas = 512;
   t.stream_small_elems = int64_t(1) << 22;
   t.stream_large_elems = int64_t(1) << 24;

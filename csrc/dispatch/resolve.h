@@ -96,11 +96,11 @@ inline Resolved forward16(const Call& c, const Program& table, const ArchTable& 
 }
 
 // The backward's launch: its plan (plan.h, plan_backward) as it is.
-inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, bool overridden,
-                           const ArchTable& t, const DeviceFacts& d, Launch* l) {
+inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d,
+                           Launch* l) {
   const BwdCall call{c.x, c.w, has_residual(c.route), c.hidden, c.rows, c.chunks, c.finalize_dw, c.dw_in_w_dtype,
-                     c.max_ctas, overridden};
-  const BwdPlan b = plan_backward(call, table, lim, t, d);
+                     c.max_ctas};
+  const BwdPlan b = plan_backward(call, table, lim, d);
   l->key = b.key;
   l->program = b.program;
   l->pair_twin = b.pair_twin;
@@ -150,8 +150,7 @@ inline Resolved resolve(const Call& c, const DeviceFacts& d, const Overrides& o,
   Program table;
   if (!program_for(c.route, c.hidden, c.rows, d.sm, d.sms, o, &table)) return Resolved::kBadProgram;
   if (is_forward(c.route)) return detail::forward16(c, table, t, d, out);
-  const bool overridden = o.program[1].tpr != 0;  // a tuning hook's program runs as given
-  return detail::backward16(c, table, limits_for(t, o), overridden, t, d, out);
+  return detail::backward16(c, table, limits_for(t, o), d, out);
 }
 
 // The finalize of a caller's partials (cake_rmsnorm_dw_finalize), dw of dtype `out`.

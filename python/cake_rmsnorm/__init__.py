@@ -139,7 +139,7 @@ def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, w
     sm, sms : int, optional
         Architecture (one of ``SHIPPED_ARCHS``) and SM count; taken from ``device`` (or the
         current CUDA device) when omitted. The SM count sets the windows' edges that count CTAs or
-        elements, the backward's grid, ring and CTAs an SM, and its finalize shape.
+        elements, the backward's grid and its finalize shape.
 
     Returns
     -------

@@ -145,7 +145,9 @@ def make_quack(case):
     def forward(x, w, r):
         if r is None:
             return rmsnorm(x, w, eps=case.eps)
-        return rmsnorm(x, w, residual=r, eps=case.eps)
+        # prenorm=True returns h too, so h's gradient reaches Quack's backward as it reaches ours:
+        # without it Quack's backward skips the g_h read and times a smaller op.
+        return rmsnorm(x, w, residual=r, eps=case.eps, prenorm=True)
 
     return _autograd_ops(case, forward)
 
