@@ -126,5 +126,5 @@ def test_every_fallback_names_its_reason():
     m = cr.RMSNorm(64)
     with pytest.warns(UserWarning, match="torch.float64 activations"):
         m(torch.randn(2, 64, dtype=torch.float64))
-    with pytest.warns(UserWarning, match="a torch.float32 residual with torch.bfloat16 x"):
-        m.bfloat16()(torch.randn(2, 64, dtype=torch.bfloat16), torch.randn(2, 64))
+    with pytest.warns(UserWarning, match="a torch.float16 residual with torch.bfloat16 x"):
+        m.bfloat16()(torch.randn(2, 64, dtype=torch.bfloat16), torch.randn(2, 64, dtype=torch.float16))

@@ -110,12 +110,18 @@ extern "C" {
 cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream) {
   if (a == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
   if (a->y_dtype_set != 0 && a->y_dtype_set != 1) return CAKE_ERR_INVALID_ARGUMENT;
+  if (a->residual_dtype_set != 0 && a->residual_dtype_set != 1) return CAKE_ERR_INVALID_ARGUMENT;
   const cake_dtype_t yd = a->y_dtype_set ? a->y_dtype : a->x_dtype;
   cake_status_t st = check_types(a->x_dtype, a->w_dtype, a->rows, a->hidden, yd);
   if (st != CAKE_OK) return st;
+  const bool res = a->residual != nullptr;
+  // The residual's dtype: x's, or a 16-bit branch beside FP32 x (AMP's mixed add).
+  const cake_dtype_t rd = res && a->residual_dtype_set ? a->residual_dtype : a->x_dtype;
+  if (rd != a->x_dtype && (a->x_dtype != CAKE_DTYPE_FP32 || (rd != CAKE_DTYPE_BF16 && rd != CAKE_DTYPE_FP16) ||
+                            (yd != rd && yd != CAKE_DTYPE_FP32) || (a->w_dtype != rd && a->w_dtype != CAKE_DTYPE_FP32)))
+    return CAKE_ERR_UNSUPPORTED;  // y and w in the branch's dtype or FP32 (dispatch/kernel_key.h)
   if (!std::isfinite(a->eps) || a->eps < 0.f) return CAKE_ERR_INVALID_ARGUMENT;
   if (a->rows == 0) return CAKE_OK;
-  const bool res = a->residual != nullptr;
   if (a->x == nullptr || a->w == nullptr || a->y == nullptr || a->rstd == nullptr ||
       (res && a->h_out == nullptr))
     return CAKE_ERR_INVALID_ARGUMENT;
@@ -138,7 +144,13 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   if (a->device == CAKE_DEVICE_CPU) {
     const cake::cpu::RowOrder order = cpu_order(a->hidden, false, a->x_dtype == CAKE_DTYPE_FP32);
     with_types(a->x_dtype, a->w_dtype, yd, [&](auto t, auto w, auto y) {
-      cake::cpu::run_forward<decltype(t), decltype(w), decltype(y)>(p, order);
+      using T = decltype(t);
+      if (rd == CAKE_DTYPE_BF16 && a->x_dtype == CAKE_DTYPE_FP32)
+        cake::cpu::run_forward<T, decltype(w), decltype(y), cake::cpu::BF16>(p, order);
+      else if (rd == CAKE_DTYPE_FP16 && a->x_dtype == CAKE_DTYPE_FP32)
+        cake::cpu::run_forward<T, decltype(w), decltype(y), cake::cpu::FP16>(p, order);
+      else
+        cake::cpu::run_forward<T, decltype(w), decltype(y), T>(p, order);
     });
     return CAKE_OK;
   }
@@ -148,13 +160,13 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
   if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
   if (!aligned16(a->x) || !aligned16(a->w) || !aligned16(a->y) || !stride_aligned(a->x_row_stride, xd) ||
       !stride_aligned(a->y_row_stride, yd) ||
-      (res && (!aligned16(a->residual) || !aligned16(a->h_out) || !stride_aligned(a->residual_row_stride, xd) ||
+      (res && (!aligned16(a->residual) || !aligned16(a->h_out) || !stride_aligned(a->residual_row_stride, rd) ||
                !stride_aligned(a->h_row_stride, xd))))
     return CAKE_ERR_MISALIGNED;
   const cake::DeviceFacts facts = cake::current_device_facts();
   if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
   const cake::Call call{res ? cake::Route::kFwdResidual : cake::Route::kFwd, xd, yd, a->w_dtype, p.hidden, p.rows,
-                        0, false, false, 0};
+                        0, false, false, 0, rd};
   cake::Launch launch;
   const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
   if (r != cake::Resolved::kOk) return resolve_status(r);

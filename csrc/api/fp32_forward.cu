@@ -18,17 +18,26 @@ constexpr int code() {
   return std::is_same<T, __nv_bfloat16>::value ? kBf16 : std::is_same<T, __half>::value ? kFp16 : kFp32;
 }
 
-template <typename TY, typename WT, bool RES, int NV, bool LATE_W>
+template <typename TY, typename WT, bool RES, int NV, bool LATE_W, typename TR>
 const void* fwd_instance() {
   constexpr KernelKey key{Family::kFp32Fwd, kFp32, code<TY>(), code<WT>(), RES, NV, 0, 1,
-                          LATE_W ? WLoad::kAtUse : WLoad::kFirst, GroupSync::kNamed, false};
-  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_fwd_kernel<TY, WT, RES, NV, LATE_W>);
+                          LATE_W ? WLoad::kAtUse : WLoad::kFirst, GroupSync::kNamed, false,
+                          std::is_same<TR, float>::value ? kAsX : code<TR>()};
+  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_fwd_kernel<TY, WT, RES, NV, LATE_W, TR>);
   return nullptr;
+}
+
+template <typename TY, typename WT, bool RES, int NV, typename TR>
+const void* fwd_late(const KernelKey& k) {
+  return k.wload == WLoad::kAtUse ? fwd_instance<TY, WT, RES, NV, true, TR>()
+                                  : fwd_instance<TY, WT, RES, NV, false, TR>();
 }
 
 template <typename TY, typename WT, bool RES, int NV>
 const void* fwd_nv(const KernelKey& k) {
-  return k.wload == WLoad::kAtUse ? fwd_instance<TY, WT, RES, NV, true>() : fwd_instance<TY, WT, RES, NV, false>();
+  if (k.r == kBf16) return fwd_late<TY, WT, RES, NV, __nv_bfloat16>(k);
+  if (k.r == kFp16) return fwd_late<TY, WT, RES, NV, __half>(k);
+  return fwd_late<TY, WT, RES, NV, float>(k);
 }
 
 template <typename TY, typename WT, bool RES>

@@ -55,7 +55,8 @@ void launch_fields(const cake::Call& c, const cake::Launch& l, cake_rmsnorm_plan
   out->kernel = cake_rmsnorm_kernel{static_cast<int>(k.family), static_cast<cake_dtype_t>(k.x),
                                     static_cast<cake_dtype_t>(k.y), static_cast<cake_dtype_t>(k.w), k.residual,
                                     k.vectors, k.tpr, k.rows, static_cast<int>(k.wload),
-                                    k.sync == cake::GroupSync::kWarp, k.pair};
+                                    k.sync == cake::GroupSync::kWarp, k.pair,
+                                    static_cast<cake_dtype_t>(cake::residual_dtype(k))};
   out->grid = l.grid;
   out->block = l.block;
   out->smem_bytes = static_cast<int64_t>(l.smem);

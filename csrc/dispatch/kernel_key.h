@@ -16,8 +16,8 @@ namespace cake {
 enum class Family : uint8_t { kFwdRing, kFwdStream, kBwdRows, kBwdWide, kBwdOne, kBwdOneWide, kBwdWarpChunks,
                               kFp32Fwd, kFp32Bwd };
 
-// dtype codes as cake_dtype_t.
-constexpr int kBf16 = 0, kFp16 = 1, kFp32 = 2;
+// dtype codes as cake_dtype_t; kAsX: the residual's dtype is x's.
+constexpr int kBf16 = 0, kFp16 = 1, kFp32 = 2, kAsX = -1;
 
 struct KernelKey {
   Family family;
@@ -31,12 +31,14 @@ struct KernelKey {
   WLoad wload;  // the streaming forward's w load; FP32 forward: kAtUse where w is loaded late
   GroupSync sync;
   bool pair;    // the backward's row pairs
+  int r = kAsX; // the residual's dtype where not x's: a 16-bit branch added to the FP32 stream
 };
 constexpr bool operator==(const KernelKey& a, const KernelKey& b) {
   return a.family == b.family && a.x == b.x && a.y == b.y && a.w == b.w && a.residual == b.residual &&
          a.vectors == b.vectors && a.tpr == b.tpr && a.rows == b.rows && a.wload == b.wload && a.sync == b.sync &&
-         a.pair == b.pair;
+         a.pair == b.pair && a.r == b.r;
 }
+constexpr int residual_dtype(const KernelKey& k) { return k.r == kAsX ? k.x : k.r; }
 
 // The dw finalize (kernels/backward.cuh, dw_finalize_kernel): columns a CTA, lanes a column, dw's dtype.
 struct FinalizeKey {
@@ -78,6 +80,11 @@ constexpr bool forward_stream_instance(WLoad wload, GroupSync sync, bool w_fp32,
 constexpr bool compiled(const KernelKey& k) {
   using namespace keys;
   const bool w32 = k.w == kFp32;
+  // A 16-bit residual beside FP32 x (AMP's mixed add) only in the FP32 forward, with y and w in
+  // its dtype or FP32.
+  if (k.r != kAsX && (k.family != Family::kFp32Fwd || !k.residual || !dtype16(k.r) || (k.y != k.r && k.y != kFp32) ||
+                      (k.w != k.r && k.w != kFp32)))
+    return false;
   switch (k.family) {
     case Family::kFwdRing:
       return dtypes16(k) && in(k.vectors, kFwdVpts, kNumFwdVpts) && k.tpr == 0 && plain_rest(k) &&

@@ -42,6 +42,7 @@ struct Call {
   bool finalize_dw;
   bool dw_in_w_dtype;
   int max_ctas;
+  int r = kAsX;  // the forward's residual dtype where not x's (FP32 x, a 16-bit branch)
 };
 
 // kGridTooLarge: a streaming grid past 2^31 - 1 CTAs (the launch would refuse it).
@@ -125,6 +126,7 @@ inline Resolved fp32(const Call& c, const ArchTable& t, const DeviceFacts& d, La
   KernelKey k{fwd ? Family::kFp32Fwd : Family::kFp32Bwd, kFp32, c.y, c.w, res, f.nv, 0, 1, WLoad::kFirst,
               GroupSync::kNamed, false};
   if (f.late_w) k.wload = WLoad::kAtUse;
+  if (fwd && res && c.r != kFp32) k.r = c.r;
   l->key = k;
   l->program = Program{f.tpr, f.cta, f.nv, 0, f.stages};
   l->block = f.cta;

@@ -117,7 +117,9 @@ __device__ __forceinline__ float4 lds_vec4(uint32_t addr) {
 }
 
 // LATE_W: w loaded at its use, after the row's sum (dispatch/programs.h, ArchTable::fp32_fwd_late_w_tpr).
-template <typename TY, typename WT, bool RES, int NV, bool LATE_W>
+// TR: the residual's dtype, FP32 or a 16-bit branch (AMP's mixed add: h = x + float(r), exact
+// widening, so the same bits as an FP32 residual of the same values).
+template <typename TY, typename WT, bool RES, int NV, bool LATE_W, typename TR = float>
 __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
   __shared__ float scratch[32];
   const int tpr = p.tpr, lane = threadIdx.x % tpr, groups = blockDim.x / tpr;
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
   const bool valid = row < p.rows;  // a group of a warp or less past the last row computes on zeros
   const int nvec = p.hidden / 4;
   const float* x = static_cast<const float*>(p.x) + (valid ? row : 0) * p.x_stride;
-  const float* r = RES ? static_cast<const float*>(p.r) + (valid ? row : 0) * p.r_stride : nullptr;
+  const TR* r = RES ? static_cast<const TR*>(p.r) + (valid ? row : 0) * p.r_stride : nullptr;
   const WT* w = static_cast<const WT*>(p.w);
   float4 h[NV], rv[NV], wv[NV];
   // Every load first (w too, unless LATE_W): its latency then hides under x's instead of

@@ -228,7 +228,7 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
   check_rows(y_in, x_in, "out", true);
   check_lead(rstd_in, x_in, "rstd");
   if (residual_in) {
-    check_rows(*residual_in, x_in, "residual");
+    check_rows(*residual_in, x_in, "residual", true);  // float32 x: a 16-bit branch too (AMP)
     STD_TORCH_CHECK(h_in.has_value(), "residual_out is required with residual");
     check_rows(*h_in, x_in, "residual_out");
   }
@@ -252,6 +252,8 @@ inline void forward_into(const Tensor& x_in, const std::optional<Tensor>& residu
   if (residual) {
     a.residual = residual->t.data_ptr();
     a.residual_row_stride = residual->stride;
+    a.residual_dtype_set = 1;
+    a.residual_dtype = to_cake_dtype(*residual_in, "residual");
     a.h_out = h->buf.data_ptr();
     a.h_row_stride = h->stride;
   }

@@ -127,6 +127,41 @@ def check_like(t, x: torch.Tensor, name: str, x_name: str = "x") -> torch.Tensor
     return t
 
 
+def mixed_stream(x, residual):
+    """AMP's mixed add: (the float32 residual stream, the 16-bit branch) where x and residual are
+    one of each, else None. The kernels take the stream as x (the add is the same either way)."""
+    if residual is None or not isinstance(residual, torch.Tensor) or not isinstance(x, torch.Tensor):
+        return None
+    xd, rd = x.dtype, residual.dtype
+    if xd is _FP32 and (rd is _BF16 or rd is _FP16):
+        return x, residual
+    if rd is _FP32 and (xd is _BF16 or xd is _FP16):
+        return residual, x
+    return None
+
+
+def check_residual(residual, x, w, out_dtype=None, either: bool = False) -> None:
+    """residual: x's dtype and shape, on x's device; or AMP's mixed add, float32 x and a 16-bit
+    residual (the branch added to the stream; ``either``: the other way round too), where w and
+    y (out_dtype) are then the branch's dtype or float32."""
+    require_tensor(residual, "residual")
+    if residual.dtype != x.dtype:
+        pair = mixed_stream(x, residual)
+        if pair is None or (not either and pair[0] is not x):
+            both = " (or one of x and residual float32 and the other 16-bit)" if either else \
+                " (or, with float32 x, bfloat16 or float16: the branch added to the residual stream)"
+            raise TypeError(f"residual must have x's dtype {x.dtype}{both}, got {residual.dtype}")
+        branch = pair[1].dtype
+        if isinstance(w, torch.Tensor) and w.dtype not in (branch, _FP32):
+            raise TypeError(f"w must be {branch} or torch.float32 beside a {branch} residual branch, got {w.dtype}")
+        if out_dtype is not None and out_dtype not in (branch, _FP32):
+            raise TypeError(f"out_dtype must be {branch} or torch.float32 beside a {branch} residual branch, "
+                            f"got {out_dtype}")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    check_device(residual, x, "residual")
+
+
 def check_device(t: torch.Tensor, x: torch.Tensor, name: str) -> None:
     if t.device != x.device:
         raise ValueError(f"{name} must be on {x.device} like x, got {t.device}")
@@ -194,7 +229,7 @@ def check_forward_inputs(x, w, residual, layout: bool = True) -> None:
     elif not layout:  # after a refusal in eager: a CUDA x may lack kernels for its device
         check_built_for(x)
     if residual is not None:
-        check_like(residual, x, "residual")
+        check_residual(residual, x, w, either=True)
     if not layout:  # the module serves every layout (through one copy where rows do not collapse)
         return
     if x.dim() > 2 and not x.is_contiguous():

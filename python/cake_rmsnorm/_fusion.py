@@ -15,8 +15,11 @@ adds to the kernels that already take them:
   ``g_residual = other``, which meets dx rounded to the activation type: the eager graph's
   two roundings, so its bits.
 
-Only adds of two tensors of one shape and dtype (no broadcast, no type promotion, no alpha)
-are taken; everything else is left as it was. The pass joins inductor's
+Only adds of two tensors of one shape (no broadcast, no alpha) are taken: of one dtype, or AMP's
+mixed add of the float32 residual stream and a 16-bit branch (promoted by the add, or widened
+by a convert the add alone uses), which becomes the mixed route's ``fwd_residual(stream,
+branch)``: the widening is exact, so ``h_new`` has the add's bits. Everything else is left as
+it was. The pass joins inductor's
 ``post_grad_custom_post_pass`` (after any pass already set there) when torch.compile first
 traces one of the ops; ``CAKE_RMSNORM_COMPILE_FUSION=0`` in the environment leaves inductor's
 config alone.
@@ -39,7 +42,9 @@ _FWD_RESIDUAL = ops.fwd_residual.default
 _BWD = ops.bwd.default
 _BWD_DX = ops.bwd_dx.default
 _ADD = torch.ops.aten.add.Tensor
+_CONVERT = torch.ops.prims.convert_element_type.default
 _FUSABLE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_HALF = (torch.bfloat16, torch.float16)
 
 # Matches made since import (the tests read them; a graph from the FX cache adds none).
 stats = {"forward": 0, "backward": 0}
@@ -64,6 +69,39 @@ def _plain_add(node):
     if not (_same_shape(va, vh) and _same_shape(vb, vh)) or va.device != vh.device or vb.device != vh.device:
         return None
     return a, b
+
+
+def _widened(n):
+    """The 16-bit node whose float32 widening ``n`` is: n itself (the add promotes it), or the
+    input of a convert to float32 that only the add uses; else None."""
+    v = _val(n)
+    if isinstance(v, torch.Tensor) and v.dtype in _HALF:
+        return n
+    if (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target is _CONVERT and len(n.users) == 1
+            and len(n.args) == 2 and n.args[1] == torch.float32):
+        src = _val(n.args[0])
+        if isinstance(src, torch.Tensor) and src.dtype in _HALF:
+            return n.args[0]
+    return None
+
+
+def _mixed_add(node):
+    """(stream, branch) when ``node`` is AMP's residual add: a float32 tensor plus a 16-bit one
+    (or its widening), one shape and device, no alpha; else None."""
+    if node.op != "call_function" or node.target is not _ADD or len(node.args) != 2:
+        return None
+    if node.kwargs.get("alpha", 1) != 1:
+        return None
+    vh = _val(node)
+    if not isinstance(vh, torch.Tensor) or vh.dtype != torch.float32:
+        return None
+    for s, b in (node.args, node.args[::-1]):
+        vs, branch = _val(s), _widened(b)
+        vb = _val(branch)
+        if (isinstance(vs, torch.Tensor) and vs.dtype == torch.float32 and branch is not None and _same_shape(vs, vh)
+                and _same_shape(vb, vh) and vs.device == vh.device and vb.device == vh.device):
+            return s, branch
+    return None
 
 
 def _same_shape(u, v):
@@ -91,7 +129,8 @@ def _getitems(node):
 
 def _fuse_forward(graph, node):
     h = node.args[0]
-    pair = _plain_add(h) if isinstance(h, torch.fx.Node) else None
+    mixed = _mixed_add(h) if isinstance(h, torch.fx.Node) else None
+    pair = mixed or (_plain_add(h) if isinstance(h, torch.fx.Node) else None)
     items = _getitems(node)
     if pair is None or items is None:
         return False
@@ -99,6 +138,11 @@ def _fuse_forward(graph, node):
     w, eps, out_dtype = node.args[1], node.args[2], _arg(node, 3, "out_dtype")
     if not h.meta["val"].is_contiguous() or not isinstance(_val(w), torch.Tensor):
         return False  # the op's h_new is dense: the add's other users may expect its strides
+    if mixed is not None:  # the mixed route's w and y: the branch's dtype or float32
+        branch = _val(b).dtype
+        if _val(w).dtype not in (branch, torch.float32) or out_dtype not in (None, branch, torch.float32):
+            return False
+    widen = h.args[0] if h.args[0] is not a else h.args[1]  # the convert the fused op absorbs, if any
     fake_mode = torch._guards.detect_fake_mode([a.meta["val"], b.meta["val"]])
     if fake_mode is None:
         return False
@@ -119,6 +163,8 @@ def _fuse_forward(graph, node):
     graph.erase_node(node)
     h.replace_all_uses_with(outs[2])
     graph.erase_node(h)
+    if mixed is not None and widen is not b and not widen.users:
+        graph.erase_node(widen)
     return True
 
 

@@ -105,7 +105,8 @@ _c.cake_rmsnorm_program_windows_sms.argtypes = [
 
 class _Kernel(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in ("family", "x_dtype", "y_dtype", "w_dtype", "residual", "vectors",
-                                                  "tpr", "rows", "w_load", "warp_sync", "pair")]
+                                                  "tpr", "rows", "w_load", "warp_sync", "pair",
+                                                  "residual_dtype")]
 
 
 class _Plan(ctypes.Structure):
@@ -236,6 +237,8 @@ def _launch(out):
                       "tpr": k.tpr, "rows": k.rows, "w_load": _W_LOADS[k.w_load], "warp_sync": bool(k.warp_sync),
                       "pair": bool(k.pair)},
          "grid": out.grid, "block": out.block, "smem_bytes": out.smem_bytes}
+    if k.residual and k.residual_dtype != k.x_dtype:  # a 16-bit branch beside FP32 x
+        d["instance"]["residual_dtype"] = _DTYPE_NAMES[k.residual_dtype]
     if out.finalize:
         d["finalize"] = {"grid": out.finalize_grid, "block": out.finalize_cols * out.finalize_lanes}
     if out.one_launch:

@@ -70,6 +70,7 @@ class CakeRMSNormFunction(torch.autograd.Function):
         y, rstd, h = _fwd_residual(x, residual, w, eps, out_dtype)
         ctx.save_for_backward(h, w, rstd, main_grad)
         ctx.has_residual = True
+        ctx.residual_dtype = residual.dtype  # a 16-bit branch beside float32 x gets its gradient cast
         return y, h
 
     @staticmethod
@@ -80,7 +81,10 @@ class CakeRMSNormFunction(torch.autograd.Function):
         xs, w, rstd, main_grad = ctx.saved_tensors
         g_res = grad_h if ctx.has_residual else None
         dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])
-        return dx, dw, None, (dx if ctx.has_residual else None), None, None, None
+        dres = None
+        if ctx.has_residual and ctx.needs_input_grad[3]:
+            dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
+        return dx, dw, None, dres, None, None, None
 
 
 def cake_rmsnorm(
@@ -105,15 +109,19 @@ def cake_rmsnorm(
         Variance epsilon (a Python or NumPy float, finite, >= 0 and within FP32; under torch.compile a
         Python float is specialised, one graph per value, as for F.rms_norm).
     residual : torch.Tensor, optional
-        When given, ``h_new = cast(x + residual)`` is normalised and returned too.
+        When given, ``h_new = cast(x + residual)`` is normalised and returned too. x's dtype, or
+        AMP's mixed add: one of x and residual float32 (the residual stream) and the other 16-bit
+        (the branch added to it), in either order; ``h_new`` is then float32, y float32 or
+        ``out_dtype`` (the branch's dtype), w the branch's dtype or float32, and the branch's
+        gradient comes back in its dtype.
     deterministic : bool
         Passed to the backward (see :func:`cake_rmsnorm_train_backward`).
     main_grad : torch.Tensor, optional
         FP32 ``[H]`` buffer (Megatron's ``main_grad``): the backward adds dw into it in place and
         returns no gradient for ``w``.
     out_dtype : torch.dtype, optional
-        With FP32 x: y in torch.bfloat16 or torch.float16 (the compute dtype, cast in the same
-        pass); its gradient comes back in that dtype, dx in FP32.
+        With FP32 x (or an FP32 residual stream): y in torch.bfloat16 or torch.float16 (the
+        compute dtype, cast in the same pass); its gradient comes back in that dtype, dx in FP32.
 
     Returns
     -------
@@ -129,7 +137,10 @@ def cake_rmsnorm(
         C.check_main_grad(main_grad, x)
     if out_dtype is not None:
         C.check_activation(x)
-        out_dtype = C.check_out_dtype(out_dtype, x)
+        mixed = C.mixed_stream(x, residual)
+        out_dtype = C.check_out_dtype(out_dtype, mixed[0] if mixed else x)
+        if mixed:
+            C.check_residual(residual, x, w, out_dtype, either=True)
     if isinstance(x, torch.Tensor) and x.dim() > 2 and not x.is_contiguous():
         C.check_layout(x, "x")
     if residual is not None and isinstance(residual, torch.Tensor) and residual.dim() > 2 \
@@ -157,7 +168,10 @@ def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
 
 def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, fwd, fwd_residual):
     """CakeRMSNormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd
-    node to build: inference, frozen layers, activation recompute)."""
+    node to build: inference, frozen layers, activation recompute). A float32 residual beside a
+    16-bit x goes in as x (the kernels' stream); the add, and each input's gradient, are the same."""
+    if residual is not None and residual.dtype is not x.dtype and residual.dtype is torch.float32:
+        x, residual = residual, x
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
         return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype)

@@ -158,7 +158,7 @@ def cake_rmsnorm_train_forward(
     out_dtype = C.check_out_dtype(out_dtype, x)
     y_dtype = out_dtype or x.dtype
     if residual is not None:
-        C.check_like(residual, x, "residual")
+        C.check_residual(residual, x, w, out_dtype)
     elif residual_out is not None:
         raise ValueError("residual_out is only produced with residual")
     lead = x.shape[:-1]

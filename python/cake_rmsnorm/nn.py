@@ -8,7 +8,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ._checks import _BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps, check_main_grad
+from ._checks import (_BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps, check_main_grad,
+                      mixed_stream)
 from ._lib import cuda_refusal
 from .autograd import apply
 
@@ -23,12 +24,13 @@ def fallback_reason(x, residual, width):
         return f"{x.dtype} activations (the kernels take bfloat16, float16 and float32)"
     if x.device.type not in ("cpu", "cuda"):
         return f"{x.device.type} tensors (the kernels run on CPU and CUDA)"
-    if residual is not None and residual.dtype != x.dtype:
-        return (f"a {residual.dtype} residual with {x.dtype} x (the fused residual route takes one dtype; "
-                "cast one of them)")
+    if residual is not None and residual.dtype != x.dtype and mixed_stream(x, residual) is None:
+        return (f"a {residual.dtype} residual with {x.dtype} x (the fused residual route takes x's dtype, or "
+                "float32 beside a 16-bit branch; cast one of them)")
     if residual is not None and residual.shape != x.shape:
         return f"a residual of shape {tuple(residual.shape)} for x of shape {tuple(x.shape)}"
-    if x.dtype == torch.float32 and x.is_cuda and width > FP32_CUDA_MAX_HIDDEN:
+    f32 = x.dtype == torch.float32 or (residual is not None and residual.dtype == torch.float32)
+    if f32 and x.is_cuda and width > FP32_CUDA_MAX_HIDDEN:
         return f"float32 activations wider than {FP32_CUDA_MAX_HIDDEN} on CUDA"
     return None
 
@@ -256,13 +258,17 @@ class RMSNorm(nn.RMSNorm):
         if why is not None:
             self._say_fallback(why)
             return self._eager(x, residual)
-        eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
+        # AMP's mixed add (a float32 stream and a 16-bit branch, either as x): h_new and the
+        # statistics are float32, y, w and out_dtype the branch's dtype or float32.
+        mixed = mixed_stream(x, residual)
+        dtype = torch.float32 if mixed else x.dtype
+        eps = torch.finfo(dtype).eps if self.eps is None else self.eps
         out_dtype = None
-        if x.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
+        if dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
             # The FP32 residual stream under autocast: y in the compute dtype, the cast the
             # next matmul would make, done in the same pass (h_new, dx and rstd stay FP32).
             ac = torch.get_autocast_dtype(x.device.type)
-            out_dtype = ac if ac in HALF_DTYPES else None
+            out_dtype = ac if ac in HALF_DTYPES and (not mixed or ac == mixed[1].dtype) else None
         main_grad = None
         if self.accumulate_main_grad and self.weight is not None and self.weight.requires_grad:
             main_grad = getattr(self.weight, "main_grad", None)
@@ -270,7 +276,9 @@ class RMSNorm(nn.RMSNorm):
                 main_grad = main_grad.view(width)
             if main_grad is not None:
                 check_main_grad(main_grad, x)  # refused here, by name, not in the backward
-        w = self._effective_weight(x.dtype, width, x.device)
+        w = self._effective_weight(dtype, width, x.device)
+        if mixed and w.dtype not in (mixed[1].dtype, torch.float32):
+            w = w.float()  # the mixed add's kernels take w in the branch's dtype or float32
         if k > 1:  # several trailing dims: one row of their product
             shape = x.shape
             x = x.reshape(*shape[:-k], width)

@@ -42,7 +42,9 @@ typedef enum { CAKE_DTYPE_BF16 = 0, CAKE_DTYPE_FP16 = 1, CAKE_DTYPE_FP32 = 2 } c
 
 typedef enum { CAKE_DEVICE_CPU = 0, CAKE_DEVICE_CUDA = 1 } cake_device_t;
 
-/* y = cast(h * rstd * w) with h = x, or h = cast(x + residual) written to h_out. */
+/* y = cast(h * rstd * w) with h = x, or h = cast(x + residual) written to h_out. With FP32 x and a
+ * 16-bit residual (residual_dtype: AMP's FP32 residual stream and the 16-bit branch added to it),
+ * h = x + float(residual) in FP32, the same bits as an FP32 residual of the branch's values. */
 typedef struct {
   cake_device_t device;
   cake_dtype_t x_dtype; /* BF16, FP16 or FP32 (the FP32 residual stream): x, residual, h_out, and y
@@ -64,6 +66,9 @@ typedef struct {
   int y_dtype_set;      /* 1: y is of y_dtype; 0: of x_dtype */
   cake_dtype_t y_dtype; /* with FP32 x: BF16 or FP16 (the compute dtype, cast in the same pass) or
                            FP32; with 16-bit x: x_dtype */
+  int residual_dtype_set;      /* 1: residual is of residual_dtype; 0: of x_dtype */
+  cake_dtype_t residual_dtype; /* with FP32 x: BF16, FP16 or FP32 (h_out stays FP32); with 16-bit x:
+                                  x_dtype */
 } cake_rmsnorm_fwd_args;
 
 /* dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x * rstd;
@@ -118,6 +123,7 @@ typedef struct {
   int w_load;     /* 0 with x, 1 after the sum of squares, 2 at each use */
   int warp_sync;  /* 1: the instance for groups of at most a warp (no barrier) */
   int pair;       /* 1: the backward's row-pair instance */
+  cake_dtype_t residual_dtype; /* the residual's dtype (x_dtype but for FP32 x with a 16-bit residual) */
 } cake_rmsnorm_kernel;
 
 /* A token-count window (above, at_most] of a route and the program serving it. */

@@ -34,7 +34,8 @@ inline std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at:
   return h.call(x, w, eps, out_dtype);
 }
 
-// (y, rstd, h_new): h_new = cast(x + residual) is normalised.
+// (y, rstd, h_new): h_new = cast(x + residual) is normalised (float32 x may take a 16-bit
+// residual: AMP's branch added to the float32 stream, h_new float32).
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(
     const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps,
     std::optional<at::ScalarType> out_dtype = std::nullopt) {

@@ -26,10 +26,10 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
   for (int i = 0; i < n; ++i) out[i] = W::to_float(src[i]);
 }
 
-// Rows [r0, r1) of the forward. T: x, residual and h_new; W: w (wf: as floats); TY: y (T, or
-// the 16-bit compute dtype of FP32 activations). `order`: the row group whose sums the GPU
-// kernels run (row_order.h).
-template <typename T, typename W, typename TY = T>
+// Rows [r0, r1) of the forward. T: x and h_new; W: w (wf: as floats); TY: y (T, or the 16-bit
+// compute dtype of FP32 activations); R: the residual (T, or a 16-bit branch beside FP32 x).
+// `order`: the row group whose sums the GPU kernels run (row_order.h).
+template <typename T, typename W, typename TY = T, typename R = T>
 void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, int64_t r0, int64_t r1) {
   const int H = p.hidden;
   std::vector<float> h(H);
@@ -38,10 +38,10 @@ void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, in
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
     for (int i = 0; i < H; ++i) h[i] = T::to_float(x[i]);
     if (p.r != nullptr) {
-      const T* r = static_cast<const T*>(p.r) + row * p.r_stride;
+      const R* r = static_cast<const R*>(p.r) + row * p.r_stride;
       T* hout = static_cast<T*>(p.h) + row * p.h_stride;
       for (int i = 0; i < H; ++i) {
-        hout[i] = T::from_float(h[i] + T::to_float(r[i]));
+        hout[i] = T::from_float(h[i] + R::to_float(r[i]));
         h[i] = T::to_float(hout[i]);
       }
     }
@@ -166,10 +166,10 @@ inline bool host_has_fma() {
   static const bool has = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
   return has;
 }
-template <typename T, typename W, typename TY>
+template <typename T, typename W, typename TY, typename R = T>
 __attribute__((target("avx2,fma"), flatten)) void forward_rows_fma(const FwdParams& p, const RowOrder& order,
                                                              const float* wf, int64_t r0, int64_t r1) {
-  forward_rows<T, W, TY>(p, order, wf, r0, r1);
+  forward_rows<T, W, TY, R>(p, order, wf, r0, r1);
 }
 template <typename T, typename W, typename TG>
 __attribute__((target("avx2,fma"), flatten)) void backward_chunks_fma(const BwdParams& p, const RowOrder& order,
@@ -197,16 +197,16 @@ void backward_fma(const BwdParams& p, const RowOrder& order) {
 // The entry points: rows (forward) or dw chunks (backward) spread over the installed
 // parallel-for, each range run by the FMA clone where the host has the instruction, else by the
 // baseline code; then the finalize over columns.
-template <typename T, typename W, typename TY = T>
+template <typename T, typename W, typename TY = T, typename R = T>
 void run_forward(const FwdParams& p, const RowOrder& order) {
   std::vector<float> wf;
   load_weight<W>(p.w, p.hidden, wf);
   const int64_t grain = std::max<int64_t>(1, kParallelGrainElems / p.hidden);
   parallel_for(0, p.rows, grain, [&](int64_t lo, int64_t hi) {
 #if CAKE_CPU_FMA_CLONE
-    if (host_has_fma()) return forward_rows_fma<T, W, TY>(p, order, wf.data(), lo, hi);
+    if (host_has_fma()) return forward_rows_fma<T, W, TY, R>(p, order, wf.data(), lo, hi);
 #endif
-    forward_rows<T, W, TY>(p, order, wf.data(), lo, hi);
+    forward_rows<T, W, TY, R>(p, order, wf.data(), lo, hi);
   });
 }
 template <typename T, typename W, typename TG = T>
