@@ -6,6 +6,7 @@
 # device tool sets it); `benchmarks/heldout.py summary|cliffs` reads them.
 #   STEPS="build tests" scripts/gpu_plan.sh
 #   STEPS="heldout" scripts/gpu_plan.sh
+#   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -22,4 +23,8 @@ step heldout python -m cake_rmsnorm bench --shapes docs/perf/heldout/shapes.json
 step matrix python -m cake_rmsnorm bench --out "$LOG_DIR/matrix"
 step sweep python -m cake_rmsnorm bench --shapes docs/perf/heldout/sweep.json --peers F --ops bwd --replays 12 \
   --out "$LOG_DIR/sweep"
+# AMP's mixed add: its GPU tests, then the AMP rows of the end-to-end step (eager and compiled).
+step amp_tests python -m pytest -q -x -p no:cacheprovider tests/test_mixed_residual.py tests/test_compile.py
+step amp_e2e python benchmarks/e2e.py --amp 1 --hidden 1024,4096 --modes eager,compile,reduce-overhead \
+  --out "$LOG_DIR/e2e-amp"
 exit $status
