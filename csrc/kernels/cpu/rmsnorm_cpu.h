@@ -13,6 +13,7 @@
 
 #include "../compensated.h"
 #include "../params.h"
+#include "leaves_avx2.h"
 #include "numeric.h"
 #include "row_order.h"
 
@@ -29,10 +30,11 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
 // Rows [r0, r1) of the forward. T: x and h_new; W: w (wf: as floats); TY: y (T, or the 16-bit
 // compute dtype of FP32 activations); R: the residual (T, or a 16-bit branch beside FP32 x).
 // `order`: the row group whose sums the GPU kernels run (row_order.h).
-template <typename T, typename W, typename TY = T, typename R = T>
+template <typename T, typename W, typename TY = T, typename R = T, bool kAvx2 = false>
 void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, int64_t r0, int64_t r1) {
   const int H = p.hidden;
-  std::vector<float> h(H);
+  const int nvec = order.fp32 ? H / 4 : H / 8;
+  std::vector<float> h(H), leaves(RowSum::padded(order, nvec), 0.f);  // +0 past the row
   RowSum row_sum;
   for (int64_t row = r0; row < r1; ++row) {
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
@@ -45,8 +47,21 @@ void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, in
         h[i] = T::to_float(hout[i]);
       }
     }
-    const float ss = order.fp32 ? row_sum(order, H / 4, [&](int v) { return squares4(&h[4 * v]); })
-                                : row_sum(order, H / 8, [&](int v) { return squares8(&h[8 * v]); });
+    // Every vector's leaf first, then the group's order over them.
+    float* lf = leaves.data();
+#if CAKE_CPU_AVX2_LEAVES
+    if constexpr (kAvx2) {  // the clone: eight lanes wide (leaves_avx2.h)
+      if (order.fp32)
+        dot4_avx2(h.data(), h.data(), nvec, lf);
+      else
+        pairdot8_avx2(h.data(), h.data(), nvec, lf);
+    } else
+#endif
+    if (order.fp32)
+      for (int v = 0; v < nvec; ++v) lf[v] = squares4(&h[4 * v]);
+    else
+      for (int v = 0; v < nvec; ++v) lf[v] = squares8(&h[8 * v]);
+    const float ss = row_sum(order, nvec, lf);
     const float mean = ss / static_cast<float>(H);
     const float rstd = 1.f / std::sqrt(mean + p.eps);
     p.rstd[row] = rstd;
@@ -106,10 +121,11 @@ void run_finalize(const BwdParams& p) {
 
 // dx of the rows of chunks [c0, c1) and their dw partials. T: x, dx and g_residual; W: w (wf: as
 // floats); TG: g (y's dtype).
-template <typename T, typename W, typename TG = T>
+template <typename T, typename W, typename TG = T, bool kAvx2 = false>
 void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf, int c0, int c1) {
   const int H = p.hidden;
-  std::vector<float> gf(H), xf(H), xh(H), comp(H);
+  const int nvec = order.fp32 ? H / 4 : H / 8;
+  std::vector<float> gf(H), xf(H), xh(H), gw(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
   RowSum row_sum;
   for (int c = c0; c < c1; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
@@ -124,16 +140,28 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
         gf[i] = TG::to_float(g[i]);
         xf[i] = T::to_float(x[i]);
         xh[i] = xf[i] * rstd;
+        gw[i] = gf[i] * wf[i];
       }
-      const float dot =
-          order.fp32 ? row_sum(order, H / 4, [&](int v) { return gwxhat4(&gf[4 * v], &wf[4 * v], &xf[4 * v], rstd); })
-                     : row_sum(order, H / 8, [&](int v) { return gwxhat8(&gf[8 * v], &wf[8 * v], &xf[8 * v], rstd); });
+      float* lf = leaves.data();  // gwxhat8 / gwxhat4 of every vector: the products g w and x rstd
+#if CAKE_CPU_AVX2_LEAVES
+      if constexpr (kAvx2) {
+        if (order.fp32)
+          dot4_avx2(gw.data(), xh.data(), nvec, lf);
+        else
+          pairdot8_avx2(gw.data(), xh.data(), nvec, lf);
+      } else
+#endif
+      if (order.fp32)
+        for (int v = 0; v < nvec; ++v) lf[v] = gwxhat4(&gf[4 * v], &wf[4 * v], &xf[4 * v], rstd);
+      else
+        for (int v = 0; v < nvec; ++v) lf[v] = gwxhat8(&gf[8 * v], &wf[8 * v], &xf[8 * v], rstd);
+      const float dot = row_sum(order, nvec, lf);
       const float mean = dot / static_cast<float>(H);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
       const T* gr = p.gr != nullptr ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
       for (int i = 0; i < H; ++i) {
         // dx's roundings as the kernels': backward.cuh's dx_value, fp32_rows.cuh's.
-        float d = order.fp32 ? rstd * ((gf[i] * wf[i]) - mean * xh[i]) : rstd * std::fma(-mean, xh[i], gf[i] * wf[i]);
+        float d = order.fp32 ? rstd * (gw[i] - mean * xh[i]) : rstd * std::fma(-mean, xh[i], gw[i]);
         // g_residual meets dx rounded, as eager's autograd adds them (kernels/backward.cuh).
         if (gr != nullptr) d = T::to_float(T::from_float(d)) + T::to_float(gr[i]);
         dx[i] = T::from_float(d);
@@ -169,12 +197,12 @@ inline bool host_has_fma() {
 template <typename T, typename W, typename TY, typename R = T>
 __attribute__((target("avx2,fma"), flatten)) void forward_rows_fma(const FwdParams& p, const RowOrder& order,
                                                              const float* wf, int64_t r0, int64_t r1) {
-  forward_rows<T, W, TY, R>(p, order, wf, r0, r1);
+  forward_rows<T, W, TY, R, true>(p, order, wf, r0, r1);
 }
 template <typename T, typename W, typename TG>
 __attribute__((target("avx2,fma"), flatten)) void backward_chunks_fma(const BwdParams& p, const RowOrder& order,
                                                                 const float* wf, int c0, int c1) {
-  backward_chunks<T, W, TG>(p, order, wf, c0, c1);
+  backward_chunks<T, W, TG, true>(p, order, wf, c0, c1);
 }
 // Whole calls on one thread, as forward and backward (tests/cpp/fma_clone.cpp).
 template <typename T, typename W, typename TY>

@@ -22,47 +22,53 @@ inline float tree(const float* v, int n) { return n == 1 ? v[0] : tree(v, n / 2)
 
 // An xor butterfly over n values (a power of two), as n lanes run it: each step adds every
 // value's partner at distance o, o = n / 2 .. 1. FP32 addition commutes, so partners end
-// alike and one value is the result.
+// alike: lane 0's result is the tree that adds lane i + o into lane i for i < o at each step
+// (n - 1 adds; the other lanes' copies are never read). Overwrites a.
 inline float butterfly(float* a, int n) {
   for (int o = n / 2; o > 0; o >>= 1)
-    for (int i = 0; i < n; ++i)
-      if (i < (i ^ o)) a[i] = a[i ^ o] = a[i] + a[i ^ o];
+    for (int i = 0; i < o; ++i) a[i] = a[i] + a[i + o];
   return a[0];
 }
 
-// One row's sum of leaf(v) over its vectors v < nvec in the order of `o`. leaf(v) is one
-// vector's value as the kernels compute it; a vector past the row counts +0 there, as the
-// kernels' zero-filled loads give.
+// One row's sum of its vectors' leaves in the order of `o`. lf[v] is vector v's value as the
+// kernels compute it (leaves_of); lf is padded with +0 up to o.vectors * o.tpr, as the kernels'
+// zero-filled loads count a vector past the row. Each step runs over the group's lanes (threads)
+// in one loop, so it vectorises.
 class RowSum {
  public:
   static constexpr int kMaxTpr = 512;  // the widest group of any kernel
-  template <typename Leaf>
-  float operator()(const RowOrder& o, int nvec, Leaf leaf) {
-    const int tpr = o.tpr;
-    for (int l = 0; l < tpr; ++l) {
-      if (o.fp32) {  // fp32_rows.cuh: a running sum over the thread's vectors
-        float s = 0.f;
-        for (int k = 0; k < o.vectors; ++k) s = s + (l + k * tpr < nvec ? leaf(l + k * tpr) : 0.f);
-        a_[l] = s;
-        continue;
-      }
-      float part[8];  // a 16-bit group holds at most 8 vectors a thread
-      for (int k = 0; k < o.vectors; ++k) part[k] = l + k * tpr < nvec ? leaf(l + k * tpr) : 0.f;
-      if (o.pairs) {  // forward.cuh: the even and the odd vectors' trees
-        float e[8], d[8];
-        for (int m = 0; m < o.vectors / 2; ++m) e[m] = part[2 * m], d[m] = part[2 * m + 1];
-        a_[l] = tree(e, o.vectors / 2);
-        b_[l] = tree(d, o.vectors / 2);
-        continue;
-      }
-      float s = tree(part, o.vectors);
-      for (int v = l + o.vectors * tpr; v < nvec; v += tpr) s += leaf(v);  // a row past the group
-      a_[l] = s;
+  // Leaves the padded array of a row of nvec vectors needs.
+  static int padded(const RowOrder& o, int nvec) { return nvec > o.vectors * o.tpr ? nvec : o.vectors * o.tpr; }
+  float operator()(const RowOrder& o, int nvec, const float* lf) {
+    const int tpr = o.tpr, nk = o.vectors;
+    if (o.fp32) {  // fp32_rows.cuh: a running sum over the thread's vectors, from +0
+      for (int l = 0; l < tpr; ++l) a_[l] = 0.f + lf[l];
+      for (int k = 1; k < nk; ++k)
+        for (int l = 0; l < tpr; ++l) a_[l] = a_[l] + lf[l + k * tpr];
+    } else if (o.pairs) {  // forward.cuh: the even and the odd vectors' trees
+      tree(lf, tpr, 0, 2, nk / 2, a_);
+      tree(lf, tpr, 1, 2, nk / 2, b_);
+    } else {
+      tree(lf, tpr, 0, 1, nk, a_);
+      for (int v0 = nk * tpr; v0 < nvec; v0 += tpr)  // a row past the group: each lane's next vector
+        for (int l = 0; l < tpr && v0 + l < nvec; ++l) a_[l] = a_[l] + lf[v0 + l];
     }
     return group(o);
   }
 
  private:
+  // out[l] = tree() over m < n of lane l's vector k0 + m * step (each lane's part[k0 + m * step]).
+  static void tree(const float* lf, int tpr, int k0, int step, int n, float* out) {
+    if (n == 1) {
+      for (int l = 0; l < tpr; ++l) out[l] = lf[l + k0 * tpr];
+      return;
+    }
+    float right[kMaxTpr];
+    tree(lf, tpr, k0, step, n / 2, out);
+    tree(lf, tpr, k0 + (n / 2) * step, step, n - n / 2, right);
+    for (int l = 0; l < tpr; ++l) out[l] = out[l] + right[l];
+  }
+
   // reduce.cuh's group_sum / group_sum_pairs, fp32_rows.cuh's fp32_group_sum.
   float group(const RowOrder& o) {
     const int tpr = o.tpr;
