@@ -1,6 +1,7 @@
 // rmsnorm_cpu.h's FMA clones (forward_fma, backward_fma: the row code compiled for the FMA
 // instruction) against the baseline code, bit for bit: y, rstd, h_new, dx, the dw partials and
-// dw, over every activation / weight dtype, widths of every row group shape and data at unit,
+// dw, and the dw finalize's column blocks against the column-by-column reference, over every
+// activation / weight dtype, widths of every row group shape and data at unit,
 // tiny (squares below 2^-60), huge (overflowing squares) and subnormal scales with Inf and NaN
 // entries. Prints the mismatches; exits 1 on any, 2 where the clone is not built or the host
 // has no FMA (nothing to compare).
@@ -100,6 +101,68 @@ static void check(int H, int kind, std::mt19937& rng) {
   }
 }
 
+// The finalize as it was written column by column (one column a pass), the reference for the
+// column blocks of finalize_cols and its clone: the same dw bits.
+template <typename W>
+static void finalize_reference(const BwdParams& p) {
+  const int lanes = finalize_lanes(p.chunks);
+  for (int i = 0; i < p.hidden; ++i) {
+    float s[kFinalizeLanesMany], c[kFinalizeLanesMany];
+    for (int l = 0; l < lanes; ++l) s[l] = c[l] = 0.f;
+    for (int k = 0; k < p.chunks; ++k)
+      neumaier_add(s[k % lanes], c[k % lanes], p.partials[static_cast<int64_t>(k) * p.hidden + i]);
+    for (int l = 0; l < kFinalizeLanes; ++l)
+      for (int q = 1; q < lanes / kFinalizeLanes; ++q)
+        neumaier_merge(s[l], c[l], s[l + kFinalizeLanes * q], c[l + kFinalizeLanes * q]);
+    for (int o = kFinalizeLanes / 2; o > 0; o >>= 1)
+      for (int j = 0; j < o; ++j) neumaier_merge(s[j], c[j], s[j + o], c[j + o]);
+    const float sum = s[0] + c[0];
+    if (p.dw_w_dtype)
+      static_cast<W*>(p.dw)[i] = W::from_float(sum);
+    else
+      static_cast<float*>(p.dw)[i] = p.accumulate ? static_cast<float*>(p.dw)[i] + sum : sum;
+  }
+}
+
+template <typename W>
+static void check_finalize(int H, int chunks, int kind, std::mt19937& rng) {
+  auto part = data<F32>(rng, static_cast<size_t>(chunks) * H, kind < 4 ? kind : 0);
+  if (kind == 4) {  // magnitudes spread over 2^-40 .. 2^40, where the order shows in the bits
+    std::uniform_int_distribution<int> e(-40, 40);
+    for (auto& v : part) v.v = std::ldexp(v.v, e(rng));
+  }
+  for (int w16 = 0; w16 < 1 + (sizeof(W) == 2); ++w16)
+    for (int acc = 0; acc < 1 + !w16; ++acc) {
+      std::vector<float> dw[3];
+      for (int c = 0; c < 3; ++c) {
+        dw[c].assign(H, 0.5f);
+        BwdParams p{};
+        p.partials = const_cast<float*>(reinterpret_cast<const float*>(part.data()));
+        p.dw = dw[c].data();
+        p.dw_w_dtype = w16;
+        p.accumulate = acc;
+        p.hidden = H;
+        p.chunks = chunks;
+        if (c == 0) finalize_reference<W>(p);
+        if (c == 1) finalize<W>(p);
+        if (c == 2) {  // the clone over uneven column ranges, as the parallel-for hands them out
+          for (int i0 = 0; i0 < H; i0 += 13) finalize_cols_fma<W>(p, i0, i0 + 13 < H ? i0 + 13 : H);
+        }
+      }
+      for (int c = 1; c < 3; ++c) {
+        const char* what = c == 1 ? "dw finalize (column blocks)" : "dw finalize (clone)";
+        if (w16) {
+          std::vector<W> a(H), b(H);
+          std::memcpy(a.data(), dw[0].data(), H * sizeof(W));
+          std::memcpy(b.data(), dw[c].data(), H * sizeof(W));
+          same(a, b, what, H, kind);
+        } else {
+          same(dw[0], dw[c], what, H, kind);
+        }
+      }
+    }
+}
+
 #endif
 
 int main() {
@@ -118,6 +181,12 @@ int main() {
       check<F32, F32, BF16>(H, kind, rng);
       check<F32, BF16, FP16>(H, kind, rng);
     }
+  for (int H : {8, 24, 136, 1000, 4096})
+    for (int chunks : {1, 5, 37, 300, 1031})
+      for (int kind = 0; kind < 5; ++kind) {
+        check_finalize<BF16>(H, chunks, kind, rng);
+        check_finalize<F32>(H, chunks, kind, rng);
+      }
   std::printf("checked %ld mismatches %ld\n", checked, bad);
   return bad != 0;
 #else

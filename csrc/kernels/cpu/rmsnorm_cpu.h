@@ -13,7 +13,7 @@
 
 #include "../compensated.h"
 #include "../params.h"
-#include "leaves_avx2.h"
+#include "avx2.h"
 #include "numeric.h"
 #include "row_order.h"
 
@@ -50,7 +50,7 @@ void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, in
     // Every vector's leaf first, then the group's order over them.
     float* lf = leaves.data();
 #if CAKE_CPU_AVX2_LEAVES
-    if constexpr (kAvx2) {  // the clone: eight lanes wide (leaves_avx2.h)
+    if constexpr (kAvx2) {  // the clone: eight lanes wide (avx2.h)
       if (order.fp32)
         dot4_avx2(h.data(), h.data(), nvec, lf);
       else
@@ -76,47 +76,75 @@ void forward(const FwdParams& p, const RowOrder& order) {
   forward_rows<T, W, TY>(p, order, wf.data(), 0, p.rows);
 }
 
-// dw of columns [i0, i1) from p.chunks FP32 partials (p.partials, [chunks, hidden]) into p.dw:
-// FP32, or W where p.dw_w_dtype (one rounding of the sum).
+// dw[i + j] for j < n from the FP32 sums: FP32 (added into dw with p.accumulate), or W where
+// p.dw_w_dtype (one rounding of the sum).
 template <typename W>
+void write_dw(const BwdParams& p, int i, int n, const float* sum) {
+  for (int j = 0; j < n; ++j) {
+    if (p.dw_w_dtype) {
+      static_cast<W*>(p.dw)[i + j] = W::from_float(sum[j]);
+    } else {
+      float* dw = static_cast<float*>(p.dw);
+      dw[i + j] = p.accumulate ? dw[i + j] + sum[j] : sum[j];
+    }
+  }
+}
+
+// dw of columns [i0, i1) from p.chunks FP32 partials (p.partials, [chunks, hidden]) into p.dw.
+template <typename W, bool kAvx2 = false>
 void finalize_cols(const BwdParams& p, int i0, int i1) {
   const int H = p.hidden;
   // The GPU finalize's order: chunk k into lane k % lanes, lanes l + 32, l + 64, ... folded
   // into lane l in order, then the 32 lanes merged by the xor butterfly. The merge is
   // symmetric, so after the step of offset o lanes j and j ^ o hold equal values: lane 0's
-  // result is the tree that merges lane j + o into lane j for j < o.
+  // result is the tree that merges lane j + o into lane j for j < o. Columns go kCols at a
+  // time, each step over them in one loop (contiguous partials; it vectorises), each column
+  // summed alone as ever.
+  constexpr int kCols = 8;
   const int lanes = finalize_lanes(p.chunks);
-  for (int i = i0; i < i1; ++i) {
-    float s[kFinalizeLanesMany], c[kFinalizeLanesMany];
-    for (int l = 0; l < lanes; ++l) s[l] = c[l] = 0.f;
-    for (int k = 0; k < p.chunks; ++k)
-      neumaier_add(s[k % lanes], c[k % lanes], p.partials[static_cast<int64_t>(k) * H + i]);
+  float s[kFinalizeLanesMany][kCols], c[kFinalizeLanesMany][kCols], sum[kCols];
+  for (int i = i0; i < i1; i += kCols) {
+    const int n = i1 - i < kCols ? i1 - i : kCols;
+#if CAKE_CPU_AVX2_LEAVES
+    if constexpr (kAvx2) {
+      if (n == kCols) {
+        finalize8_avx2(p.partials + i, H, p.chunks, lanes, kFinalizeLanes, sum);
+        write_dw<W>(p, i, n, sum);
+        continue;
+      }
+    }
+#endif
+    for (int l = 0; l < lanes; ++l)
+      for (int j = 0; j < kCols; ++j) s[l][j] = c[l][j] = 0.f;
+    for (int k = 0; k < p.chunks; ++k) {
+      const float* part = p.partials + static_cast<int64_t>(k) * H + i;
+      float* sl = s[k % lanes];
+      float* cl = c[k % lanes];
+      if (n == kCols)
+        for (int j = 0; j < kCols; ++j) neumaier_add(sl[j], cl[j], part[j]);
+      else
+        for (int j = 0; j < n; ++j) neumaier_add(sl[j], cl[j], part[j]);
+    }
     for (int l = 0; l < kFinalizeLanes; ++l)
       for (int q = 1; q < lanes / kFinalizeLanes; ++q)
-        neumaier_merge(s[l], c[l], s[l + kFinalizeLanes * q], c[l + kFinalizeLanes * q]);
+        for (int j = 0; j < kCols; ++j)
+          neumaier_merge(s[l][j], c[l][j], s[l + kFinalizeLanes * q][j], c[l + kFinalizeLanes * q][j]);
     for (int o = kFinalizeLanes / 2; o > 0; o >>= 1)
-      for (int j = 0; j < o; ++j) neumaier_merge(s[j], c[j], s[j + o], c[j + o]);
-    const float sum = s[0] + c[0];
-    if (p.dw_w_dtype) {
-      static_cast<W*>(p.dw)[i] = W::from_float(sum);
-    } else {
-      float* dw = static_cast<float*>(p.dw);
-      dw[i] = p.accumulate ? dw[i] + sum : sum;
-    }
+      for (int m = 0; m < o; ++m)
+        for (int j = 0; j < kCols; ++j) neumaier_merge(s[m][j], c[m][j], s[m + o][j], c[m + o][j]);
+    for (int j = 0; j < kCols; ++j) sum[j] = s[0][j] + c[0][j];
+    write_dw<W>(p, i, n, sum);
   }
 }
 template <typename W>
 void finalize(const BwdParams& p) {
   finalize_cols<W>(p, 0, p.hidden);
 }
-// The finalize spread over columns (a column's sum is one task's).
-template <typename W>
-void run_finalize(const BwdParams& p) {
-  if (p.accumulate) return finalize<W>(p);  // adds into dw: each column once, whatever befalls a range
-  const int64_t grain = std::max<int64_t>(1, kParallelGrainElems / std::max(p.chunks, 1));
-  parallel_for(0, p.hidden, grain, [&](int64_t lo, int64_t hi) {
-    finalize_cols<W>(p, static_cast<int>(lo), static_cast<int>(hi));
-  });
+
+// A row's terms g * xhat into the chunk's Kahan sums of each column.
+inline void kahan_products(float* __restrict s, float* __restrict c, const float* __restrict g,
+                           const float* __restrict xh, int n) {
+  for (int i = 0; i < n; ++i) kahan_add(s[i], c[i], g[i] * xh[i]);
 }
 
 // dx of the rows of chunks [c0, c1) and their dw partials. T: x, dx and g_residual; W: w (wf: as
@@ -125,7 +153,7 @@ template <typename T, typename W, typename TG = T, bool kAvx2 = false>
 void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf, int c0, int c1) {
   const int H = p.hidden;
   const int nvec = order.fp32 ? H / 4 : H / 8;
-  std::vector<float> gf(H), xf(H), xh(H), gw(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
+  std::vector<float> gf(H), xf(H), xh(H), gw(H), dv(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
   RowSum row_sum;
   for (int c = c0; c < c1; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
@@ -159,14 +187,20 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
       const float mean = dot / static_cast<float>(H);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
       const T* gr = p.gr != nullptr ? static_cast<const T*>(p.gr) + row * p.gr_stride : nullptr;
-      for (int i = 0; i < H; ++i) {
-        // dx's roundings as the kernels': backward.cuh's dx_value, fp32_rows.cuh's.
-        float d = order.fp32 ? rstd * (gw[i] - mean * xh[i]) : rstd * std::fma(-mean, xh[i], gw[i]);
-        // g_residual meets dx rounded, as eager's autograd adds them (kernels/backward.cuh).
-        if (gr != nullptr) d = T::to_float(T::from_float(d)) + T::to_float(gr[i]);
-        dx[i] = T::from_float(d);
-        if (part != nullptr) kahan_add(part[i], comp[i], gf[i] * xh[i]);
-      }
+      // One loop a step, each over arrays that do not alias, so each vectorises.
+      float* __restrict d = dv.data();
+      const float* __restrict gwp = gw.data();
+      const float* __restrict xhp = xh.data();
+      // dx's roundings as the kernels': backward.cuh's dx_value, fp32_rows.cuh's.
+      if (order.fp32)
+        for (int i = 0; i < H; ++i) d[i] = rstd * (gwp[i] - mean * xhp[i]);
+      else
+        for (int i = 0; i < H; ++i) d[i] = rstd * std::fma(-mean, xhp[i], gwp[i]);
+      // g_residual meets dx rounded, as eager's autograd adds them (kernels/backward.cuh).
+      if (gr != nullptr)
+        for (int i = 0; i < H; ++i) d[i] = T::to_float(T::from_float(d[i])) + T::to_float(gr[i]);
+      for (int i = 0; i < H; ++i) dx[i] = T::from_float(d[i]);
+      if (part != nullptr) kahan_products(part, comp.data(), gf.data(), xhp, H);
     }
     if (part != nullptr)
       for (int i = 0; i < H; ++i) part[i] -= comp[i];
@@ -199,6 +233,10 @@ __attribute__((target("avx2,fma"), flatten)) void forward_rows_fma(const FwdPara
                                                              const float* wf, int64_t r0, int64_t r1) {
   forward_rows<T, W, TY, R, true>(p, order, wf, r0, r1);
 }
+template <typename W>
+__attribute__((target("avx2,fma"), flatten)) void finalize_cols_fma(const BwdParams& p, int i0, int i1) {
+  finalize_cols<W, true>(p, i0, i1);
+}
 template <typename T, typename W, typename TG>
 __attribute__((target("avx2,fma"), flatten)) void backward_chunks_fma(const BwdParams& p, const RowOrder& order,
                                                                 const float* wf, int c0, int c1) {
@@ -221,6 +259,19 @@ void backward_fma(const BwdParams& p, const RowOrder& order) {
 #else
 #define CAKE_CPU_FMA_CLONE 0
 #endif
+
+// The finalize spread over columns (a column's sum is one task's).
+template <typename W>
+void run_finalize(const BwdParams& p) {
+  if (p.accumulate) return finalize<W>(p);  // adds into dw: each column once, whatever befalls a range
+  const int64_t grain = std::max<int64_t>(8, kParallelGrainElems / std::max(p.chunks, 1));
+  parallel_for(0, p.hidden, grain, [&](int64_t lo, int64_t hi) {
+#if CAKE_CPU_FMA_CLONE
+    if (host_has_fma()) return finalize_cols_fma<W>(p, static_cast<int>(lo), static_cast<int>(hi));
+#endif
+    finalize_cols<W>(p, static_cast<int>(lo), static_cast<int>(hi));
+  });
+}
 
 // The entry points: rows (forward) or dw chunks (backward) spread over the installed
 // parallel-for, each range run by the FMA clone where the host has the instruction, else by the

@@ -1,12 +1,14 @@
-// The per-vector leaves of a row's sums (row_order.h: squares8 / gwxhat8, squares4 / gwxhat4)
-// eight lanes wide, for the AVX2 + FMA clone of the row code (rmsnorm_cpu.h): the same
-// operations in the same order, so the same bits (tests/cpp/fma_clone.cpp). The leaves of a
-// row are computed first; the group's order then folds them (RowSum).
+// The AVX2 + FMA clone's eight-lane loops (rmsnorm_cpu.h): the per-vector leaves of a row's sums
+// (row_order.h: squares8 / gwxhat8, squares4 / gwxhat4), which the group's order then folds
+// (RowSum), and the dw finalize's compensated sums eight columns at a time (compensated.h). The
+// same operations in the same order as the scalar code, so the same bits
+// (tests/cpp/fma_clone.cpp).
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define CAKE_CPU_AVX2_LEAVES 1
 #include <immintrin.h>
+#include <stdint.h>
 
 namespace cake {
 namespace cpu {
@@ -62,6 +64,48 @@ __attribute__((target("avx2,fma"))) inline void dot4_avx2(const float* p, const 
     const float* y = q + 4 * v;
     out[v] = (x[0] * y[0] + x[1] * y[1]) + (x[2] * y[2] + x[3] * y[3]);
   }
+}
+
+// compensated.h's neumaier_add and neumaier_merge on eight independent columns: both of the
+// scalar code's branches computed, the one it takes kept (|s| >= |v| false for a NaN, as there;
+// while_finite's 0 a +0).
+struct Neumaier8 {
+  __m256 s, c;
+};
+__attribute__((target("avx2,fma"))) inline __m256 abs8(__m256 v) {
+  return _mm256_andnot_ps(_mm256_set1_ps(-0.f), v);
+}
+__attribute__((target("avx2,fma"))) inline __m256 two_sum_error8(__m256 s, __m256 v, __m256 t) {
+  const __m256 ge = _mm256_cmp_ps(abs8(s), abs8(v), _CMP_GE_OQ);
+  return _mm256_blendv_ps(_mm256_add_ps(_mm256_sub_ps(v, t), s), _mm256_add_ps(_mm256_sub_ps(s, t), v), ge);
+}
+__attribute__((target("avx2,fma"))) inline __m256 while_finite8(__m256 t, __m256 e) {
+  return _mm256_and_ps(_mm256_cmp_ps(abs8(t), _mm256_set1_ps(3.40282346638528859811704183484516925e+38f), _CMP_LE_OQ), e);
+}
+__attribute__((target("avx2,fma"))) inline void neumaier_add8(Neumaier8& a, __m256 v) {
+  const __m256 t = _mm256_add_ps(a.s, v);
+  a.c = while_finite8(t, _mm256_add_ps(a.c, two_sum_error8(a.s, v, t)));
+  a.s = t;
+}
+__attribute__((target("avx2,fma"))) inline void neumaier_merge8(Neumaier8& a, const Neumaier8& b) {
+  const __m256 t = _mm256_add_ps(a.s, b.s);
+  a.c = while_finite8(t, _mm256_add_ps(_mm256_add_ps(a.c, b.c), two_sum_error8(a.s, b.s, t)));
+  a.s = t;
+}
+
+// The finalize's sums of eight columns from `chunks` partials of row stride `stride` (rmsnorm_cpu.h,
+// finalize_cols): chunk k into lane k % lanes, lanes l + 32 q folded into lane l, the 32 lanes'
+// butterfly; out[j] = s + c of column j.
+__attribute__((target("avx2,fma"))) inline void finalize8_avx2(const float* part, int64_t stride, int chunks,
+                                                             int lanes, int lanes_folded, float* out) {
+  Neumaier8 acc[128];  // kFinalizeLanesMany
+  for (int l = 0; l < lanes; ++l) acc[l] = Neumaier8{_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int k = 0; k < chunks; ++k) neumaier_add8(acc[k % lanes], _mm256_loadu_ps(part + k * stride));
+  for (int l = 0; l < lanes_folded; ++l)
+    for (int q = 1; q < lanes / lanes_folded; ++q) neumaier_merge8(acc[l], acc[l + lanes_folded * q]);
+  for (int o = lanes_folded / 2; o > 0; o >>= 1)
+    for (int m = 0; m < o; ++m) neumaier_merge8(acc[m], acc[m + o]);
+  _mm256_storeu_ps(out, _mm256_add_ps(acc[0].s, acc[0].c));
 }
 
 }  // namespace cpu
