@@ -19,10 +19,10 @@ const bool kParallelInstalled = cake_rmsnorm_set_cpu_parallel_for(&torch_paralle
 STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
   // out_dtype: y's dtype when not x's (FP32 x: a 16-bit compute dtype, cast in the same pass).
   // The gradient of y may come in y's dtype: g is x's dtype, or 16-bit with FP32 x.
-  m.def("fwd(Tensor x, Tensor w, float eps, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
+  m.def("fwd(Tensor x, Tensor w, float eps, ScalarType? out_dtype=None) -> (Tensor y, Tensor rstd)");
   m.def(
       "fwd_residual(Tensor x, Tensor residual, Tensor w, float eps, ScalarType? out_dtype=None) "
-      "-> (Tensor, Tensor, Tensor)");
+      "-> (Tensor y, Tensor rstd, Tensor h_new)");
   m.def("fwd_out(Tensor x, Tensor w, float eps, Tensor(a!) y, Tensor(b!) rstd) -> ()");
   m.def(
       "fwd_residual_out(Tensor x, Tensor residual, Tensor w, float eps, Tensor(a!) y, "
@@ -31,8 +31,8 @@ STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
   // flag: dw is reproducible on every path (the Python API's deterministic=False runs it too).
   m.def(
       "bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool dw_in_w_dtype=False) "
-      "-> (Tensor, Tensor)");
-  m.def("bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) -> Tensor");
+      "-> (Tensor dx, Tensor dw)");
+  m.def("bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) -> Tensor dx");
   // dw None skips the weight gradient; accumulate adds the sum into dw (main_grad buffers);
   // workspace None with dw: the op allocates one.
   m.def(

@@ -38,10 +38,10 @@ struct Ops {
   }
 
   static void fwd_residual_out(Tensor x, Tensor residual, Tensor w, double eps, Tensor y,
-                               Tensor rstd, Tensor h) {
+                               Tensor rstd, Tensor h_new) {
     check_x(x);
     auto ctx = StreamOf::enter(x);
-    forward_into(x, residual, w, eps, y, rstd, h, ctx.stream);
+    forward_into(x, residual, w, eps, y, rstd, h_new, ctx.stream);
   }
 
   // dw_in_w_dtype: dw comes back in a 16-bit w's dtype, rounded once by the finalize (autograd).

@@ -32,28 +32,17 @@ import torch
 import torch.autograd.profiler as _profiler
 
 from ._lib import direct, ops
+from ._schema import shim_params
 
 __all__ = ["install", "installed", "OPS"]
 
 OPS = ("fwd", "fwd_residual", "bwd", "bwd_dx")
 
-# Each shim's parameters in inductor's convention for a custom op (csrc/torch/shims.cpp).
-_SHIM_PARAMS = {
-    "fwd": "AtenTensorHandle x, AtenTensorHandle w, double eps, int32_t* out_dtype, AtenTensorHandle* y, "
-           "AtenTensorHandle* rstd",
-    "fwd_residual": "AtenTensorHandle x, AtenTensorHandle residual, AtenTensorHandle w, double eps, "
-                    "int32_t* out_dtype, AtenTensorHandle* y, AtenTensorHandle* rstd, AtenTensorHandle* h_new",
-    "bwd": "AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd, "
-           "AtenTensorHandle* g_residual, int32_t dw_in_w_dtype, AtenTensorHandle* dx, AtenTensorHandle* dw",
-    "bwd_dx": "AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd, "
-              "AtenTensorHandle* g_residual, AtenTensorHandle* dx",
-}
-
-
 def shim_declarations(name):
-    """Inductor calls op ``name``'s shim aoti_torch_<device>_<name>; the asm label binds that
-    name to the library's own symbol."""
-    return [f'AOTITorchError aoti_torch_{dev}_{name}({_SHIM_PARAMS[name]}) __asm__("cake_rmsnorm_shim_{dev}_{name}")'
+    """Inductor calls op ``name``'s shim aoti_torch_<device>_<name> (parameters from the op's
+    schema, _schema.py); the asm label binds that name to the library's own symbol."""
+    params = shim_params(name)
+    return [f'AOTITorchError aoti_torch_{dev}_{name}({params}) __asm__("cake_rmsnorm_shim_{dev}_{name}")'
             for dev in ("cpu", "cuda")]
 
 

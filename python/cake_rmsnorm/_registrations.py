@@ -18,6 +18,7 @@ import torch
 from ._fusion import install as _install_fusion
 from ._lib import ops  # noqa: F401  (loads the library that defines the ops)
 from ._lowering import install as _install_lowering
+from ._schema import NAMES, SCHEMAS, Arg
 
 
 def _on_trace():
@@ -29,43 +30,35 @@ def _on_trace():
 
 _NS = "cake_rmsnorm"
 
-
-@torch.library.register_fake(f"{_NS}::fwd")
-def _fwd_fake(x, w, eps, out_dtype=None):
-    _on_trace()
-    return x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape[:-1], dtype=torch.float32)
-
-
-@torch.library.register_fake(f"{_NS}::fwd_residual")
-def _fwd_residual_fake(x, residual, w, eps, out_dtype=None):
-    _on_trace()
-    return (x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape[:-1], dtype=torch.float32),
-            x.new_empty(x.shape))
-
-
-@torch.library.register_fake(f"{_NS}::fwd_out")
-def _fwd_out_fake(x, w, eps, y, rstd):
-    return None
+# Each output's fake by its name (_schema.py reads the names from the schemas), from the call's
+# arguments by name: y in out_dtype or x's dtype, rstd FP32 of x's leading shape, h_new and dx
+# like x, dw [H] in w's dtype where dw_in_w_dtype, else FP32.
+_OUTPUT = {
+    "y": lambda a: a["x"].new_empty(a["x"].shape, dtype=a.get("out_dtype") or a["x"].dtype),
+    "rstd": lambda a: a["x"].new_empty(a["x"].shape[:-1], dtype=torch.float32),
+    "h_new": lambda a: a["x"].new_empty(a["x"].shape),
+    "dx": lambda a: a["x"].new_empty(a["x"].shape),
+    "dw": lambda a: a["x"].new_empty(a["x"].shape[-1:], dtype=a["w"].dtype if a.get("dw_in_w_dtype")
+                                     else torch.float32),
+}
 
 
-@torch.library.register_fake(f"{_NS}::fwd_residual_out")
-def _fwd_residual_out_fake(x, residual, w, eps, y, rstd, h_new):
-    return None
+def _fake(name):
+    args_schema, returns = SCHEMAS[name]
+    names = [a.name for a in args_schema]
+    defaults = {a.name: a.default for a in args_schema if a.default is not Arg.REQUIRED}
+
+    def fake(*args, **kwargs):
+        if not returns:  # an out op: it writes its arguments and returns nothing
+            return None
+        _on_trace()
+        bound = dict(defaults, **dict(zip(names, args)), **kwargs)
+        outs = tuple(_OUTPUT[r](bound) for r in returns)
+        return outs[0] if len(outs) == 1 else outs
+
+    fake.__name__ = f"_{name}_fake"
+    return fake
 
 
-@torch.library.register_fake(f"{_NS}::bwd")
-def _bwd_fake(g, x, w, rstd, g_residual, dw_in_w_dtype=False):
-    _on_trace()
-    return x.new_empty(x.shape), x.new_empty(x.shape[-1:], dtype=w.dtype if dw_in_w_dtype else torch.float32)
-
-
-@torch.library.register_fake(f"{_NS}::bwd_dx")
-def _bwd_dx_fake(g, x, w, rstd, g_residual):
-    _on_trace()
-    return x.new_empty(x.shape)
-
-
-@torch.library.register_fake(f"{_NS}::bwd_out")
-def _bwd_out_fake(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas=0, accumulate=False):
-    return None
-
+for _name in NAMES:
+    torch.library.register_fake(f"{_NS}::{_name}")(_fake(_name))

@@ -18,22 +18,16 @@ import sys
 import warnings
 
 from ._lib import ops
+from ._schema import NAMES, roles, writes
 
 __all__ = ["install", "installed", "is_dtensor", "ROLES"]
 
 # Each op's positional parameters: "r" a row tensor (sharded on a non-feature dim or
-# replicated), "w" the weight (replicated), "-" not a tensor; then its outputs ("p": dw).
-ROLES = {
-    "fwd": ("rw--", "rr"),
-    "fwd_residual": ("rrw--", "rrr"),
-    "bwd": ("rrwrr-", "rp"),
-    "bwd_dx": ("rrwrr", "r"),
-    "fwd_out": ("rw-rr", ""),
-    "fwd_residual_out": ("rrw-rrr", ""),
-    "bwd_out": ("rrwrrrpw--", ""),
-}
-# The out ops' written arguments ("!").
-_WRITES = {"fwd_out": "---!!", "fwd_residual_out": "----!!!", "bwd_out": "-----!!!--"}
+# replicated), "w" the weight or the workspace (replicated), "-" not a tensor; then its outputs
+# ("p": dw). From the schemas, by the tensors' names (_schema.py).
+ROLES = {name: roles(name) for name in NAMES}
+# Each op's written arguments ("!").
+_WRITES = {name: writes(name) for name in NAMES}
 _DTENSOR = "torch.distributed.tensor"
 installed = False
 
@@ -58,7 +52,7 @@ def _strategies(name, roles, outputs, args):
             return Replicate()
         return Partial() if role == "p" else Shard(d)
 
-    written = {i for i in range(len(args)) if name.endswith("_out") and _WRITES[name][i] == "!"}
+    written = {i for i in range(len(args)) if _WRITES[name][i] == "!"}
     dims = [*range(ndim - 1), None]
     if name == "bwd" and len(args) > 5 and args[5]:
         dims = [None]
