@@ -200,7 +200,7 @@ def run_cpu(args, on_row=lambda rows, missing: None):
     for opt, why in cpu_ignored(args).items():
         print(f"{opt} not honoured: {why}", file=sys.stderr)
     rows = []
-    # Small shapes unless --hidden / --tokens name others (the CPU kernels are single-threaded).
+    # Small shapes unless --hidden / --tokens name others (a CPU run is slow at large ones).
     todo = [(H, T) for H in (args.user_hidden or (512, 2048)) for T in (args.user_tokens or (16, 256))]
     wdtype, dtype = _dtypes(args)
     for i, (H, T) in enumerate(todo):
