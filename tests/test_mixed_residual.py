@@ -118,6 +118,18 @@ def test_module_takes_the_mixed_add(device, gen):
     assert ya.dtype == torch.bfloat16 and torch.equal(ya, y.to(torch.bfloat16)) and torch.equal(ha, h)
 
 
+def test_module_fallback_keeps_the_mixed_adds_dtypes(gen):
+    """Torch's formula, where the module falls back (a width the kernels do not take), gives
+    the mixed add what the kernels give: h_new and y in float32, eps of float32, either order."""
+    m = cr.RMSNorm(60)
+    s = make_rows(4, 60, F32, "cpu", 1e-2, None, 0, gen)
+    b = make_rows(4, 60, torch.bfloat16, "cpu", 1e-2, None, 0, gen)
+    with pytest.warns(UserWarning, match="not a multiple of 8"):
+        y1, h1 = m(b, s)
+    y2, h2 = m(s, b)
+    assert y1.dtype == h1.dtype == F32 and torch.equal(y1, y2) and torch.equal(h1, h2)
+
+
 @pytest.mark.parametrize("device", devices())
 def test_compile_pass_fuses_the_mixed_add(device, gen):
     """``norm(stream + branch)`` under torch.compile: the pass gives the add to the mixed route

@@ -151,6 +151,8 @@ def check_residual(residual, x, w, out_dtype=None, either: bool = False) -> None
             both = " (or one of x and residual float32 and the other 16-bit)" if either else \
                 " (or, with float32 x, bfloat16 or float16: the branch added to the residual stream)"
             raise TypeError(f"residual must have x's dtype {x.dtype}{both}, got {residual.dtype}")
+        if pair[0] is residual:  # the kernels' x is the stream: its width rules (FP32 rows on CUDA)
+            check_activation(residual, "residual")
         branch = pair[1].dtype
         if isinstance(w, torch.Tensor) and w.dtype not in (branch, _FP32):
             raise TypeError(f"w must be {branch} or torch.float32 beside a {branch} residual branch, got {w.dtype}")

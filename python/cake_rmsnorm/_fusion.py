@@ -129,19 +129,21 @@ def _getitems(node):
 
 def _fuse_forward(graph, node):
     h = node.args[0]
-    mixed = _mixed_add(h) if isinstance(h, torch.fx.Node) else None
-    pair = mixed or (_plain_add(h) if isinstance(h, torch.fx.Node) else None)
+    w, eps, out_dtype = node.args[1], node.args[2], _arg(node, 3, "out_dtype")
+    if not isinstance(h, torch.fx.Node) or not isinstance(_val(w), torch.Tensor):
+        return False
+    mixed = _mixed_add(h)
+    if mixed is not None:  # the mixed route's w and y: the branch's dtype or float32
+        branch = _val(mixed[1]).dtype
+        if _val(w).dtype not in (branch, torch.float32) or out_dtype not in (None, branch, torch.float32):
+            mixed = None  # a plain float32 add may still fuse (a convert feeding it stays)
+    pair = mixed or _plain_add(h)
     items = _getitems(node)
     if pair is None or items is None:
         return False
     a, b = pair
-    w, eps, out_dtype = node.args[1], node.args[2], _arg(node, 3, "out_dtype")
-    if not h.meta["val"].is_contiguous() or not isinstance(_val(w), torch.Tensor):
+    if not h.meta["val"].is_contiguous():
         return False  # the op's h_new is dense: the add's other users may expect its strides
-    if mixed is not None:  # the mixed route's w and y: the branch's dtype or float32
-        branch = _val(b).dtype
-        if _val(w).dtype not in (branch, torch.float32) or out_dtype not in (None, branch, torch.float32):
-            return False
     widen = h.args[0] if h.args[0] is not a else h.args[1]  # the convert the fused op absorbs, if any
     fake_mode = torch._guards.detect_fake_mode([a.meta["val"], b.meta["val"]])
     if fake_mode is None:

@@ -191,16 +191,16 @@ class RMSNorm(nn.RMSNorm):
         return w.to(dtype)
 
     def _eager(self, x, residual):
-        h = x if residual is None else x + residual
+        h = x if residual is None else x + residual  # AMP's mixed add promotes: y and eps in FP32
         k = len(self.normalized_shape)
         hf = h.double() if h.dtype == torch.float64 else h.float()
-        eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
+        eps = torch.finfo(h.dtype).eps if self.eps is None else self.eps
         dims = tuple(range(-k, 0))
         y = hf * torch.rsqrt(hf.pow(2).mean(dims, keepdim=True) + eps)
         if self.weight is not None:
             w = self.weight.to(hf.dtype)
             y = y * (1.0 + w if self.zero_centered else w)
-        y = y.to(x.dtype)
+        y = y.to(h.dtype)
         return y if residual is None else (y, h)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
