@@ -27,6 +27,27 @@ inline void load_weight(const void* w, int n, std::vector<float>& out) {
   for (int i = 0; i < n; ++i) out[i] = W::to_float(src[i]);
 }
 
+// Every vector's leaf of a row into lf: in the AVX2 clone eight lanes wide from the products'
+// operands p and q (avx2.h), else by the scalar leaves leaf4 (FP32 rows) or leaf8.
+template <bool kAvx2, typename Leaf4, typename Leaf8>
+inline void leaves_of(const RowOrder& order, const float* p, const float* q, int nvec, float* lf, Leaf4 leaf4,
+                      Leaf8 leaf8) {
+#if CAKE_CPU_AVX2_LEAVES
+  if constexpr (kAvx2) {
+    if (order.fp32)
+      dot4_avx2(p, q, nvec, lf);
+    else
+      pairdot8_avx2(p, q, nvec, lf);
+    return;
+  }
+#endif
+  (void)p, (void)q;
+  if (order.fp32)
+    for (int v = 0; v < nvec; ++v) lf[v] = leaf4(v);
+  else
+    for (int v = 0; v < nvec; ++v) lf[v] = leaf8(v);
+}
+
 // Rows [r0, r1) of the forward. T: x and h_new; W: w (wf: as floats); TY: y (T, or the 16-bit
 // compute dtype of FP32 activations); R: the residual (T, or a 16-bit branch beside FP32 x).
 // `order`: the row group whose sums the GPU kernels run (row_order.h).
@@ -49,18 +70,8 @@ void forward_rows(const FwdParams& p, const RowOrder& order, const float* wf, in
     }
     // Every vector's leaf first, then the group's order over them.
     float* lf = leaves.data();
-#if CAKE_CPU_AVX2_LEAVES
-    if constexpr (kAvx2) {  // the clone: eight lanes wide (avx2.h)
-      if (order.fp32)
-        dot4_avx2(h.data(), h.data(), nvec, lf);
-      else
-        pairdot8_avx2(h.data(), h.data(), nvec, lf);
-    } else
-#endif
-    if (order.fp32)
-      for (int v = 0; v < nvec; ++v) lf[v] = squares4(&h[4 * v]);
-    else
-      for (int v = 0; v < nvec; ++v) lf[v] = squares8(&h[8 * v]);
+    leaves_of<kAvx2>(order, h.data(), h.data(), nvec, lf, [&](int v) { return squares4(&h[4 * v]); },
+                     [&](int v) { return squares8(&h[8 * v]); });
     const float ss = row_sum(order, nvec, lf);
     const float mean = ss / static_cast<float>(H);
     const float rstd = 1.f / std::sqrt(mean + p.eps);
@@ -171,18 +182,9 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
         gw[i] = gf[i] * wf[i];
       }
       float* lf = leaves.data();  // gwxhat8 / gwxhat4 of every vector: the products g w and x rstd
-#if CAKE_CPU_AVX2_LEAVES
-      if constexpr (kAvx2) {
-        if (order.fp32)
-          dot4_avx2(gw.data(), xh.data(), nvec, lf);
-        else
-          pairdot8_avx2(gw.data(), xh.data(), nvec, lf);
-      } else
-#endif
-      if (order.fp32)
-        for (int v = 0; v < nvec; ++v) lf[v] = gwxhat4(&gf[4 * v], &wf[4 * v], &xf[4 * v], rstd);
-      else
-        for (int v = 0; v < nvec; ++v) lf[v] = gwxhat8(&gf[8 * v], &wf[8 * v], &xf[8 * v], rstd);
+      leaves_of<kAvx2>(order, gw.data(), xh.data(), nvec, lf,
+                       [&](int v) { return gwxhat4(&gf[4 * v], &wf[4 * v], &xf[4 * v], rstd); },
+                       [&](int v) { return gwxhat8(&gf[8 * v], &wf[8 * v], &xf[8 * v], rstd); });
       const float dot = row_sum(order, nvec, lf);
       const float mean = dot / static_cast<float>(H);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
