@@ -7,6 +7,7 @@
 #   STEPS="build tests" scripts/gpu_plan.sh
 #   STEPS="heldout" scripts/gpu_plan.sh
 #   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
+#   STEPS="build cpu16" scripts/gpu_plan.sh
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -27,4 +28,10 @@ step sweep python -m cake_rmsnorm bench --shapes docs/perf/heldout/sweep.json --
 step amp_tests python -m pytest -q -x -p no:cacheprovider tests/test_mixed_residual.py tests/test_compile.py
 step amp_e2e python benchmarks/e2e.py --amp 1 --hidden 1024,4096 --modes eager,compile,reduce-overhead \
   --out "$LOG_DIR/e2e-amp"
+# The CPU path on the host's cores (16 on the lent machine): the bench's default shapes and the
+# larger op-path rows at 16 threads, and the thread-count bit test there (no GPU visible).
+step cpu16 env CUDA_VISIBLE_DEVICES= bash -c "python -m pytest -q -p no:cacheprovider tests/test_cpu_threads.py && \
+  python -m cake_rmsnorm bench --threads 16 --out $LOG_DIR/cpu-default-t16 && \
+  python -m cake_rmsnorm bench --ops fwd,bwd --path op --hidden 2048,4096 --tokens 64,256,2048 --threads 16 \
+  --out $LOG_DIR/cpu-rows-t16"
 exit $status
