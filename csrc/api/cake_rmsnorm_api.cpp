@@ -183,6 +183,11 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
 
 namespace {
 
+template <typename Y>
+cake::YRange y_range_of(int64_t hidden) {
+  return cake::y_rebuild_range(Y::kMinNormal, Y::kMax, hidden);
+}
+
 // The backward of `a`. chunks 0: dw's chunking of (rows, hidden) and, with a dw, its finalize;
 // chunks > 0 (keep): that many chunks' FP32 partials left in the workspace, no dw.
 cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks, void* stream) {
@@ -203,11 +208,12 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
   const size_t dw_bytes = static_cast<size_t>(a->hidden) * (dw16 ? 2 : 4);
   const bool want_dw = a->dw != nullptr || keep;  // the partials, at least
   const bool res = a->g_residual != nullptr;
+  const bool from_y = a->y != nullptr;  // the memory-efficient backward: y (g's dtype) in x's place
   if (a->rows > 0) {
-    if (a->g == nullptr || a->x == nullptr || a->w == nullptr || a->rstd == nullptr ||
+    if (a->g == nullptr || (a->x == nullptr) == (a->y == nullptr) || a->w == nullptr || a->rstd == nullptr ||
         a->dx == nullptr)
       return CAKE_ERR_INVALID_ARGUMENT;
-    if (!stride_ok(a->g_row_stride, a->hidden) || !stride_ok(a->x_row_stride, a->hidden) ||
+    if (!stride_ok(a->g_row_stride, a->hidden) || !stride_ok(from_y ? a->y_row_stride : a->x_row_stride, a->hidden) ||
         !stride_ok(a->dx_row_stride, a->hidden) ||
         (res && !stride_ok(a->g_residual_row_stride, a->hidden)))
       return CAKE_ERR_INVALID_ARGUMENT;
@@ -221,7 +227,9 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
 
   cake::BwdParams p{};
   p.g = a->g; p.g_stride = a->g_row_stride;
-  p.x = a->x; p.x_stride = a->x_row_stride;
+  p.x = from_y ? a->y : a->x;
+  p.x_stride = from_y ? a->y_row_stride : a->x_row_stride;
+  p.from_y = from_y ? 1 : 0;
   p.w = a->w;
   p.rstd = a->rstd;
   p.gr = a->g_residual; p.gr_stride = a->g_residual_row_stride;
@@ -251,6 +259,7 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
 #if CAKE_WITH_CUDA
   if (a->rows == 0)
     return a->dw != nullptr && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
+  if (from_y) return CAKE_ERR_UNSUPPORTED;  // the CUDA kernels read x (docs/python_api.md#memory-efficient)
   const cake_dtype_t xd = a->x_dtype;
   if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
   if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) || !aligned16(a->dw) ||
@@ -331,6 +340,20 @@ cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const float* partia
   p.hidden = static_cast<int>(hidden);
   p.chunks = static_cast<int>(chunks);
   return finalize_call(device, dw_dtype, p, stream);
+}
+
+cake_status_t cake_rmsnorm_y_rebuild_range(cake_dtype_t y_dtype, int64_t hidden, float* lo, float* hi) {
+  if (hidden < 1 || lo == nullptr || hi == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
+  cake::YRange r;
+  switch (y_dtype) {
+    case CAKE_DTYPE_BF16: r = y_range_of<cake::cpu::BF16>(hidden); break;
+    case CAKE_DTYPE_FP16: r = y_range_of<cake::cpu::FP16>(hidden); break;
+    case CAKE_DTYPE_FP32: r = y_range_of<cake::cpu::F32>(hidden); break;
+    default: return CAKE_ERR_INVALID_ARGUMENT;
+  }
+  *lo = r.lo;
+  *hi = r.hi;
+  return CAKE_OK;
 }
 
 size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden) {

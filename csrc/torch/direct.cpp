@@ -225,6 +225,31 @@ PyObject* bwd_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
   });
 }
 
+PyObject* bwd_y(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 7, [&] {
+    Tensor gy = tensor(a[0]), y = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
+    const auto gr = opt_tensor(a[4]);
+    const auto dx_dtype = opt_dtype(a[5]);
+    const bool dw_in_w_dtype = flag(a[6]);
+    return on_device(y, [&](auto ops) {
+      auto [dx, dw] = ops.bwd_y(gy, y, w, rstd, gr, dx_dtype, dw_in_w_dtype);
+      return wrap_all({&dx, &dw});
+    });
+  });
+}
+
+PyObject* bwd_y_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  return guarded(n, 6, [&] {
+    Tensor gy = tensor(a[0]), y = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
+    const auto gr = opt_tensor(a[4]);
+    const auto dx_dtype = opt_dtype(a[5]);
+    return on_device(y, [&](auto ops) {
+      Tensor dx = ops.bwd_y_dx(gy, y, w, rstd, gr, dx_dtype);
+      return wrap(dx);
+    });
+  });
+}
+
 void* torch_symbol(const char* lib_name, const char* name) {
   void* sym = dlsym(RTLD_DEFAULT, name);
   if (sym == nullptr) {
@@ -298,6 +323,8 @@ PyMethodDef kMethods[] = {
     CAKE_FAST(bwd, "cake_rmsnorm::bwd without the dispatcher."),
     CAKE_FAST(bwd_dx, "cake_rmsnorm::bwd_dx without the dispatcher."),
     CAKE_FAST(bwd_out, "cake_rmsnorm::bwd_out without the dispatcher."),
+    CAKE_FAST(bwd_y, "cake_rmsnorm::bwd_y without the dispatcher."),
+    CAKE_FAST(bwd_y_dx, "cake_rmsnorm::bwd_y_dx without the dispatcher."),
     {nullptr, nullptr, 0, nullptr},
 };
 

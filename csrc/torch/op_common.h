@@ -179,6 +179,13 @@ inline void check_lead(const Tensor& t, const Tensor& x, const char* name) {
   check_same_device(t, x, name);
 }
 
+// dx's dtype in the backward from y: x's, which is y's or float32 (a 16-bit y of FP32 x).
+inline ScalarType check_dx_dtype(const Tensor& y, std::optional<ScalarType> dx_dtype) {
+  const ScalarType t = dx_dtype.value_or(y.scalar_type());
+  STD_TORCH_CHECK(t == y.scalar_type() || t == ScalarType::Float, "dx_dtype must be y's dtype or float32");
+  return t;
+}
+
 inline void check_weight(const Tensor& w, const Tensor& x) {
   STD_TORCH_CHECK(w.dim() == 1 && w.size(0) == last_dim(x), "w must be 1-D [hidden]");
   STD_TORCH_CHECK(w.scalar_type() == x.scalar_type() || w.scalar_type() == ScalarType::Float ||
@@ -275,7 +282,13 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
                           const Tensor& rstd_in, const std::optional<Tensor>& g_residual_in,
                           const Tensor& dx_in, const std::optional<Tensor>& dw_in,
                           const std::optional<Tensor>& workspace_in, int64_t max_ctas, bool accumulate,
-                          bool dw_in_w_dtype, void* stream) {
+                          bool dw_in_w_dtype, void* stream, const Tensor* y_in = nullptr) {
+  // y_in (the memory-efficient backward): the forward's output, read where x is otherwise, and
+  // x_in is then dx itself, the reference for every shape and dtype (x's).
+  if (y_in) {
+    check_rows(*y_in, x_in, "y", true);
+    STD_TORCH_CHECK(y_in->scalar_type() == g_in.scalar_type(), "g must have y's dtype");
+  }
   check_rows(g_in, x_in, "g", true);
   check_weight(w_in, x_in);
   check_lead(rstd_in, x_in, "rstd");
@@ -296,7 +309,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
     }
   }
   const InRows g(g_in);
-  const InRows x(x_in);
+  const InRows x(y_in ? *y_in : x_in);
   const Tensor w = ready_weight(w_in);
   const Tensor rstd = vec_ready(rstd_in, false) ? rstd_in : dense_copy(rstd_in);
   std::optional<InRows> g_residual;
@@ -313,8 +326,8 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
   a.hidden = hidden;
   a.g = g.t.data_ptr();
   a.g_row_stride = g.stride;
-  a.x = x.t.data_ptr();
-  a.x_row_stride = x.stride;
+  (y_in ? a.y : a.x) = x.t.data_ptr();
+  (y_in ? a.y_row_stride : a.x_row_stride) = x.stride;
   a.w = w.data_ptr();
   a.rstd = static_cast<const float*>(rstd.data_ptr());
   if (g_residual) {

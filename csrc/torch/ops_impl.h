@@ -64,6 +64,27 @@ struct Ops {
     return dx;
   }
 
+  // The memory-efficient backward (from the output): y, the forward's output, where x is read
+  // otherwise, and xhat = y / w; dx in dx_dtype (x's dtype: y's, or float32 beside a 16-bit y).
+  static std::tuple<Tensor, Tensor> bwd_y(Tensor g, Tensor y, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
+                                          std::optional<ScalarType> dx_dtype, bool dw_in_w_dtype) {
+    check_x(y);
+    auto ctx = StreamOf::enter(y);
+    Tensor dx = new_like(y, check_dx_dtype(y, dx_dtype));
+    Tensor dw = new_vec(y, last_dim(y), dw_in_w_dtype ? w.scalar_type() : ScalarType::Float);
+    backward_into(g, dx, w, rstd, g_residual, dx, dw, std::nullopt, 0, false, dw_in_w_dtype, ctx.stream, &y);
+    return {dx, dw};
+  }
+
+  static Tensor bwd_y_dx(Tensor g, Tensor y, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
+                         std::optional<ScalarType> dx_dtype) {
+    check_x(y);
+    auto ctx = StreamOf::enter(y);
+    Tensor dx = new_like(y, check_dx_dtype(y, dx_dtype));
+    backward_into(g, dx, w, rstd, g_residual, dx, std::nullopt, std::nullopt, 0, false, false, ctx.stream, &y);
+    return dx;
+  }
+
   static void bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, std::optional<Tensor> g_residual, Tensor dx,
                       std::optional<Tensor> dw, std::optional<Tensor> workspace, int64_t max_ctas,
                       bool accumulate) {
@@ -83,4 +104,6 @@ struct Ops {
   m.impl("fwd_residual_out", TORCH_BOX(&OPS::fwd_residual_out));      \
   m.impl("bwd", TORCH_BOX(&OPS::bwd));                                \
   m.impl("bwd_dx", TORCH_BOX(&OPS::bwd_dx));                          \
-  m.impl("bwd_out", TORCH_BOX(&OPS::bwd_out))
+  m.impl("bwd_out", TORCH_BOX(&OPS::bwd_out));                        \
+  m.impl("bwd_y", TORCH_BOX(&OPS::bwd_y));                            \
+  m.impl("bwd_y_dx", TORCH_BOX(&OPS::bwd_y_dx))

@@ -13,7 +13,8 @@ import torch
 
 from ._lib import direct, ops
 
-__all__ = ["fwd", "fwd_residual", "fwd_eager", "fwd_residual_eager", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "DIRECT"]
+__all__ = ["fwd", "fwd_residual", "fwd_eager", "fwd_residual_eager", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "bwd_y", "bwd_y_dx",
+           "DIRECT"]
 
 DIRECT = direct is not None  # the direct binding is on (_lib.binding says through what)
 
@@ -29,6 +30,8 @@ _fwd_residual_out = ops.fwd_residual_out.default
 _bwd = ops.bwd.default
 _bwd_dx = ops.bwd_dx.default
 _bwd_out = ops.bwd_out.default
+_bwd_y = ops.bwd_y.default
+_bwd_y_dx = ops.bwd_y_dx.default
 
 
 def eager() -> bool:
@@ -95,3 +98,19 @@ def bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas=0, accumulate
     if eager() and direct.bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate) is not _NI:
         return
     _bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate)
+
+
+def bwd_y(g, y, w, rstd, g_residual, dx_dtype=None, dw_in_w_dtype=False):
+    if eager():
+        r = direct.bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
+        if r is not _NI:
+            return r
+    return _bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
+
+
+def bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype=None):
+    if eager():
+        r = direct.bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype)
+        if r is not _NI:
+            return r
+    return _bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype)

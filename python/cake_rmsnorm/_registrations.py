@@ -32,15 +32,20 @@ _NS = "cake_rmsnorm"
 
 # Each output's fake by its name (_schema.py reads the names from the schemas), from the call's
 # arguments by name: y in out_dtype or x's dtype, rstd FP32 of x's leading shape, h_new and dx
-# like x, dw [H] in w's dtype where dw_in_w_dtype, else FP32.
+# like x (or y, in dx_dtype where given), dw [H] in w's dtype where dw_in_w_dtype, else FP32.
 _OUTPUT = {
     "y": lambda a: a["x"].new_empty(a["x"].shape, dtype=a.get("out_dtype") or a["x"].dtype),
     "rstd": lambda a: a["x"].new_empty(a["x"].shape[:-1], dtype=torch.float32),
     "h_new": lambda a: a["x"].new_empty(a["x"].shape),
-    "dx": lambda a: a["x"].new_empty(a["x"].shape),
-    "dw": lambda a: a["x"].new_empty(a["x"].shape[-1:], dtype=a["w"].dtype if a.get("dw_in_w_dtype")
-                                     else torch.float32),
+    "dx": lambda a: _rows(a).new_empty(_rows(a).shape, dtype=a.get("dx_dtype") or _rows(a).dtype),
+    "dw": lambda a: _rows(a).new_empty(_rows(a).shape[-1:], dtype=a["w"].dtype if a.get("dw_in_w_dtype")
+                                       else torch.float32),
 }
+
+
+def _rows(a):
+    """The row tensor a backward reads: x, or y (the backward from the output)."""
+    return a["x"] if "x" in a else a["y"]
 
 
 def _fake(name):

@@ -11,7 +11,7 @@ from ._lib import ops
 
 __all__ = ["NAMES", "Arg", "SCHEMAS", "roles", "writes", "shim_params"]
 
-NAMES = ("fwd", "fwd_residual", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out")
+NAMES = ("fwd", "fwd_residual", "fwd_out", "fwd_residual_out", "bwd", "bwd_dx", "bwd_out", "bwd_y", "bwd_y_dx")
 
 
 class Arg(NamedTuple):

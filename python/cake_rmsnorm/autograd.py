@@ -15,15 +15,21 @@ from ._calls import fwd as _fwd
 from ._calls import fwd_residual as _fwd_residual
 from ._calls import fwd_eager as _fwd_eager
 from ._calls import fwd_residual_eager as _fwd_residual_eager
+from ._calls import bwd_y as _bwd_y
+from ._calls import bwd_y_dx as _bwd_y_dx
+from ._memory import saves_y as _saves_y
 
 __all__ = ["CakeRMSNormFunction", "cake_rmsnorm"]
 
 
-def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
+def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype=None):
     """(dx, dw) of one norm: the fused backward and the dw finalize, which writes dw in w's
-    dtype (None when w needs no gradient or main_grad received it in place)."""
+    dtype (None when w needs no gradient or main_grad received it in place). ``dx_dtype`` given:
+    xs is y, the forward's output (the memory-efficient mode), and dx comes back in dx_dtype."""
     if grad_y is None:
         grad_y = torch.zeros_like(xs)
+    if dx_dtype is not None:
+        return _backward_from_y(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype)
     if main_grad is not None:
         if type(xs) is not torch.Tensor and is_dtensor(xs):  # reduce in FP32, then accumulate
             dx, dw = _sharded_backward(grad_y, xs, w, rstd, g_res, torch.float32)
@@ -39,11 +45,33 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad):
     return _bwd_dx(grad_y, xs, w, rstd, g_res), None
 
 
-def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None):
+def _backward_from_y(grad_y, y, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype):
+    """backward_core from y: xhat = y / w in the kernels; main_grad takes the FP32 dw in one add
+    (the rounding the kernels' accumulate makes)."""
+    dxd = None if dx_dtype == y.dtype else dx_dtype
+    sharded = type(y) is not torch.Tensor and is_dtensor(y)
+    if main_grad is not None or w_needs_grad:
+        if sharded:
+            dx, dw = _sharded_backward(grad_y, y, w, rstd, g_res, torch.float32 if main_grad is not None else None,
+                                       dxd)
+        else:
+            dx, dw = _bwd_y(grad_y, y, w, rstd, g_res, dxd, main_grad is None)
+        if main_grad is None:
+            return dx, dw
+        main_grad.add_(dw)
+        return dx, None
+    return _bwd_y_dx(grad_y, y, w, rstd, g_res, dxd), None
+
+
+def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, dx_dtype=False):
     """DTensor rows: each rank's dw is a Partial FP32 sum; DTensor reduces it in FP32, and the
-    cast to w's dtype (or ``dtype``) comes once, after the reduction."""
+    cast to w's dtype (or ``dtype``) comes once, after the reduction. ``dx_dtype`` other than
+    False: xs is y (the backward from the output)."""
     from torch.distributed.tensor import Replicate
-    dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
+    if dx_dtype is False:
+        dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
+    else:
+        dx, dw = _bwd_y(grad_y, xs, w, rstd, g_res, dx_dtype, False)
     dw = dw.redistribute(dw.device_mesh, [Replicate() if p.is_partial() else p for p in dw.placements])
     return dx, dw.to(dtype or w.dtype)
 
@@ -57,18 +85,20 @@ class CakeRMSNormFunction(torch.autograd.Function):
     two launches. dx goes to x (and, the same tensor, to residual: the gradient of both inputs
     of the add). A weight that needs no gradient costs no dw work. With ``main_grad`` (an FP32
     [H] buffer), dw is added into it in place and no weight gradient is returned. Saves only
-    (x or h_new, w, rstd).
+    (x or h_new, w, rstd); with ``save_y`` (the memory-efficient mode, where the weight passed
+    the rebuild rule: _memory.py), (y, w, rstd), and the backward rebuilds xhat = y / w.
     """
 
     @staticmethod
-    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None):
+    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None, save_y=False):
+        ctx.dx_dtype = x.dtype if save_y else None
         if residual is None:
             y, rstd = _fwd(x, w, eps, out_dtype)
-            ctx.save_for_backward(x, w, rstd, main_grad)
+            ctx.save_for_backward(y if save_y else x, w, rstd, main_grad)
             ctx.has_residual = False
             return y
         y, rstd, h = _fwd_residual(x, residual, w, eps, out_dtype)
-        ctx.save_for_backward(h, w, rstd, main_grad)
+        ctx.save_for_backward(y if save_y else h, w, rstd, main_grad)
         ctx.has_residual = True
         ctx.residual_dtype = residual.dtype  # a 16-bit branch beside float32 x gets its gradient cast
         return y, h
@@ -80,11 +110,11 @@ class CakeRMSNormFunction(torch.autograd.Function):
                                "differentiated (backward with create_graph=True through it)")
         xs, w, rstd, main_grad = ctx.saved_tensors
         g_res = grad_h if ctx.has_residual else None
-        dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1])
+        dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1], ctx.dx_dtype)
         dres = None
         if ctx.has_residual and ctx.needs_input_grad[3]:
             dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
-        return dx, dw, None, dres, None, None, None
+        return dx, dw, None, dres, None, None, None, None
 
 
 def cake_rmsnorm(
@@ -95,6 +125,7 @@ def cake_rmsnorm(
     deterministic: bool = True,
     main_grad: Optional[torch.Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
+    memory_efficient: bool = False,
 ):
     """Autograd-enabled fused RMSNorm (optionally with a fused residual add).
 
@@ -123,10 +154,17 @@ def cake_rmsnorm(
         With FP32 x (or an FP32 residual stream): y in torch.bfloat16 or torch.float16 (the
         compute dtype, cast in the same pass); its gradient comes back in that dtype, dx in FP32.
 
+    memory_efficient : bool
+        Save y (the output, which the next Linear keeps anyway) instead of x or h_new, and rebuild
+        xhat = y / w in the backward, where every column of w lies in the rebuild range (else x is
+        saved after all: no biased gradient; docs/python_api.md#memory-efficient). Checking w
+        reads it on the host once a version of the tensor. The CPU path's kernels; under
+        torch.compile this functional form saves x (the module form, ``RMSNorm``, keeps the mode).
+
     Returns
     -------
     y, or (y, h_new) with ``residual``. The backward returns dw in w's dtype, written by the
-    dw finalize itself (no separate cast). Only (x or h_new, w, rstd) are saved.
+    dw finalize itself (no separate cast). Only (x or h_new, w, rstd) are saved, or (y, w, rstd).
     """
     if type(eps) is not float or not 0.0 <= eps <= C.EPS_MAX:
         eps = C.check_eps(eps)
@@ -146,27 +184,43 @@ def cake_rmsnorm(
     if residual is not None and isinstance(residual, torch.Tensor) and residual.dim() > 2 \
             and not residual.is_contiguous():
         C.check_layout(residual, "residual")
-    return apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
+    save_y = False
+    if memory_efficient is not False:
+        C.check_bool(memory_efficient, "memory_efficient")
+        save_y = memory_efficient and not torch.compiler.is_compiling() and \
+            y_rebuilds(x, w, residual, out_dtype)
+    return apply(x, w, eps, residual, deterministic, main_grad, out_dtype, save_y)
 
 
-def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None):
+def y_rebuilds(x, w, residual, out_dtype, source=None):
+    """The memory-efficient rule for this call (_memory.py): y's dtype is out_dtype, or the
+    stream's (x's, or float32 with AMP's mixed add)."""
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() < 1 or w.dim() != 1:
+        return False  # refused by the kernels' checks with the documented error
+    mixed = C.mixed_stream(x, residual)
+    y_dtype = out_dtype or (torch.float32 if mixed else x.dtype)
+    return _saves_y(w, y_dtype, x.shape[-1], source)
+
+
+def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None, save_y=False):
     """The autograd call on inputs whose scalar options are checked (eps, deterministic,
     main_grad, out_dtype). In eager the kernels' own checks gate the call, and a refusal re-runs
     the Python checks for the documented error; traced calls check up front."""
     if not _eager():
         C.check_forward_mode(x, w, residual)
         C.check_forward_inputs(x, w, residual, layout=False)
-        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd, _fwd_residual)
+        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd, _fwd_residual, save_y)
     if _fw_ad._current_level >= 0:  # inside forward_ad.dual_level(): dual tensors may come in
         C.check_forward_mode(x, w, residual)
     try:
-        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd_eager, _fwd_residual_eager)
+        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd_eager, _fwd_residual_eager,
+                      save_y)
     except Exception:
         C.check_forward_inputs(x, w, residual, layout=False)  # raises the documented error
         raise
 
 
-def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, fwd, fwd_residual):
+def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, fwd, fwd_residual, save_y=False):
     """CakeRMSNormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd
     node to build: inference, frozen layers, activation recompute). A float32 residual beside a
     16-bit x goes in as x (the kernels' stream); the add, and each input's gradient, are the same."""
@@ -174,7 +228,7 @@ def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, fwd, fwd_re
         x, residual = residual, x
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
-        return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype)
+        return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype, save_y)
     if residual is None:
         return fwd(x, w, eps, out_dtype)[0]
     y, _, h = fwd_residual(x, residual, w, eps, out_dtype)

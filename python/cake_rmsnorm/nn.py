@@ -11,7 +11,8 @@ from torch import nn
 from ._checks import (_BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HALF_DTYPES, check_eps, check_main_grad,
                       mixed_stream)
 from ._lib import cuda_refusal
-from .autograd import apply
+from . import _memory
+from .autograd import apply, y_rebuilds
 
 _WARNED = set()  # CUDA devices the module warned it runs torch's formula on
 
@@ -68,6 +69,10 @@ class RMSNorm(nn.RMSNorm):
     accumulate_main_grad : bool, keyword-only
         When ``weight.main_grad`` (FP32) exists, the backward adds dw into it in place and
         leaves ``weight.grad`` alone (Megatron-style gradient buffers).
+    memory_efficient : bool, keyword-only
+        Save y (which the next Linear keeps anyway) instead of x for the backward, which rebuilds
+        xhat = y / w; where a column of the weight lies outside the rebuild range, x is saved
+        after all (docs/python_api.md#memory-efficient says the rule and what it costs).
 
     Inputs the kernels do not take (a width that is not a multiple of 8, FP64 or another dtype,
     a device other than CPU and CUDA, a residual of another dtype or shape) run torch's eager
@@ -86,7 +91,7 @@ class RMSNorm(nn.RMSNorm):
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  device=None, dtype=None, *, zero_centered: bool = False, deterministic: bool = True,
-                 accumulate_main_grad: bool = False):
+                 accumulate_main_grad: bool = False, memory_efficient: bool = False):
         def _int(n):
             return isinstance(n, numbers.Integral) and not isinstance(n, bool) and type(n).__name__ != "bool_"
         if _int(normalized_shape):
@@ -98,7 +103,8 @@ class RMSNorm(nn.RMSNorm):
         if not shape or any(n <= 0 for n in shape):
             raise ValueError(f"normalized_shape must be a positive int or a tuple of them, got {normalized_shape!r}")
         for name, v in (("elementwise_affine", elementwise_affine), ("zero_centered", zero_centered),
-                        ("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad)):
+                        ("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad),
+                        ("memory_efficient", memory_efficient)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
         if zero_centered and not elementwise_affine:
@@ -108,7 +114,11 @@ class RMSNorm(nn.RMSNorm):
         self.any_width = False  # weightless replacements of norms that keep no width (from_module)
         self.deterministic = deterministic
         self.accumulate_main_grad = accumulate_main_grad
+        self.memory_efficient = memory_efficient
+        self._y_ok = None  # the memory-efficient verdict last taken (None: not yet)
         self.reset_parameters()
+        if memory_efficient:
+            _memory.track(self)
 
     @property
     def eps(self) -> Optional[float]:
@@ -158,6 +168,8 @@ class RMSNorm(nn.RMSNorm):
                   **kwargs)
         if w is not None:
             new.weight = w
+            if new.memory_efficient:
+                _memory.refresh([new])
         elif shape is None:  # a weightless norm that keeps no width (Llama4's L2 norm): any last dim
             new.any_width = True
         return new
@@ -165,7 +177,8 @@ class RMSNorm(nn.RMSNorm):
     def extra_repr(self):
         shape = "any width" if self.any_width else self.normalized_shape
         return (f"{shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"zero_centered={self.zero_centered}, deterministic={self.deterministic}")
+                f"zero_centered={self.zero_centered}, deterministic={self.deterministic}"
+                + (", memory_efficient=True" if self.memory_efficient else ""))
 
     def _unit_weight(self, width, device):
         """The ones a weightless norm runs the kernels with, kept between calls (else every call
@@ -221,10 +234,12 @@ class RMSNorm(nn.RMSNorm):
     def _kernels(self, x, w, eps, residual, main_grad, out_dtype):
         """The fused kernels; on a GPU the library has no kernels for (an older architecture, a
         CPU-only build), torch's formula with one warning a device."""
-        if torch.compiler.is_compiling():
-            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+        if torch.compiler.is_compiling():  # the verdict as last taken outside the graph (_memory.track)
+            save_y = self.memory_efficient and self._y_ok is True and not x.is_cuda  # CUDA: x (_memory.py)
+            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
+        save_y = self.memory_efficient and self._saves_y(x, w, residual, out_dtype)
         try:
-            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype)
+            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
         except RuntimeError:
             why = _kernel_refusal(x)
             if why is None:
@@ -233,6 +248,24 @@ class RMSNorm(nn.RMSNorm):
                 _WARNED.add(x.get_device())
                 warnings.warn(f"{why}: cake_rmsnorm.RMSNorm runs torch's formula on this device", stacklevel=3)
             return self._eager(x, residual)
+
+    def _saves_y(self, x, w, residual, out_dtype):
+        """The memory-efficient rule for this call (_memory.py), remembered per version of the
+        weight; the verdict is kept for compiled calls, with one warning while x is saved."""
+        ok = y_rebuilds(x, w, residual, out_dtype, source=self.weight)
+        if x.is_cuda:  # said once by _memory: this version's CUDA backward reads x
+            return ok
+        if ok is not self._y_ok:
+            self._y_ok = ok
+            if not ok:
+                self._say_saves_x(x, w, out_dtype)
+        return ok
+
+    def _say_saves_x(self, x, w, out_dtype):
+        name = self.__dict__.get("_path")
+        who = f"cake_rmsnorm.RMSNorm {name!r}" if name else f"cake_rmsnorm.RMSNorm({self.extra_repr()})"
+        y_dtype = out_dtype or (x.dtype if x.dtype in HALF_DTYPES or x.dtype == _FP32 else _FP32)
+        warnings.warn(f"{who} saves x, not y, for its backward: {_memory.why_saves_x(w, y_dtype)}", stacklevel=5)
 
     def _say_fallback(self, why):
         """One warning a module and reason: a fallback is never silent, and never noisy."""

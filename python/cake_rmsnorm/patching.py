@@ -12,6 +12,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
+from . import _memory
 from .nn import RMSNorm
 
 __all__ = ["patch", "unpatch", "patched", "PatchReport", "probe_norm"]
@@ -29,11 +30,16 @@ class PatchReport:
     ``fallback`` [(module path, class name, reason)] those of them that run torch's eager
     formula at every call (a width that is not a multiple of 8), ``served`` the rest (the
     kernels run them, for the inputs they take), and ``skipped`` [(module path, class name,
-    reason)] the norm-like modules left alone."""
+    reason)] the norm-like modules left alone. With ``memory_efficient``, ``saves_x`` [(module
+    path, class name, reason)] lists the modules whose weight, as patched, has columns y cannot
+    rebuild x from (they save x until it has none), and ``notes`` says where the mode saves
+    nothing (activation checkpointing recomputes the blocks anyway)."""
 
     replaced: List[Tuple[str, str]] = field(default_factory=list)
     skipped: List[Tuple[str, str, str]] = field(default_factory=list)
     fallback: List[Tuple[str, str, str]] = field(default_factory=list)
+    saves_x: List[Tuple[str, str, str]] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
     _originals: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -159,7 +165,8 @@ def _norm_like(module) -> bool:
     return "norm" in type(module).__name__.lower()
 
 
-def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bool = False) -> PatchReport:
+def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bool = False,
+          memory_efficient: bool = False) -> PatchReport:
     """Replace the RMSNorm modules of a model (``transformers`` or any other) in place.
 
     A module is replaced when it computes an RMSNorm: ``torch.nn.RMSNorm`` (any
@@ -170,11 +177,13 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
     Parameter (optimizer state and tied references keep working) and keeps its eps. Other
     norm-like modules are left alone and listed in ``report.skipped`` with the reason; a
     warning names the RMSNorm-like ones. ``unpatch(model, report)`` (or the ``patched`` context
-    manager) restores the originals.
+    manager) restores the originals. ``memory_efficient``: every replacement saves y, not x, for
+    its backward (``RMSNorm(memory_efficient=True)``; docs/python_api.md#memory-efficient).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    for name, v in (("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad)):
+    for name, v in (("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad),
+                    ("memory_efficient", memory_efficient)):
         if not isinstance(v, bool):
             raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
     if isinstance(model, RMSNorm) or type(model) is nn.RMSNorm or (
@@ -198,7 +207,7 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         else:
             continue
         new = RMSNorm.from_module(module, zero_centered, eps, deterministic=deterministic,
-                                  accumulate_main_grad=accumulate_main_grad)
+                                  accumulate_main_grad=accumulate_main_grad, memory_efficient=memory_efficient)
         new.train(module.training)
         # The original's hooks run on the new module (a hook sees the new module as its first argument).
         for attr in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs",
@@ -209,6 +218,8 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         new._path = path  # named in its fallback warnings
         report.replaced.append((path, cls))
         report._originals[path] = module
+        if memory_efficient and new._y_ok is False:
+            report.saves_x.append((path, cls, _memory.why_saves_x(_memory.effective(new), torch.float16)))
         width = math.prod(new.normalized_shape) if not new.any_width else None
         if width is not None and width % 8:
             report.fallback.append((path, cls, f"width {width} is not a multiple of 8: torch's eager formula runs"))
@@ -217,6 +228,9 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
                       "run torch's eager formula, not the fused kernels: "
                       + "; ".join(f"{p} ({r})" for p, _, r in report.fallback[:4])
                       + ("; ..." if len(report.fallback) > 4 else "") + " (report.fallback lists them)", stacklevel=2)
+    if memory_efficient and getattr(model, "is_gradient_checkpointing", False):
+        report.notes.append("activation checkpointing is on: the blocks' forwards run again in the backward, so "
+                            "memory_efficient saves nothing there")
     missed = sorted({(cls, reason) for _, cls, reason in report.skipped if "rms" in cls.lower()})
     if missed:
         warnings.warn("cake_rmsnorm.patch left these RMSNorm-like modules alone: "

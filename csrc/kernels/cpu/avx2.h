@@ -1,5 +1,5 @@
 // The AVX2 + FMA clone's eight-lane loops (rmsnorm_cpu.h): the per-vector leaves of a row's sums
-// (row_order.h: squares8 / gwxhat8, squares4 / gwxhat4), which the group's order then folds
+// (row_order.h: squares8 / pairdot8, squares4 / dot4), which the group's order then folds
 // (RowSum), and the dw finalize's compensated sums eight columns at a time (compensated.h). The
 // same operations in the same order as the scalar code, so the same bits
 // (tests/cpp/fma_clone.cpp).
@@ -15,7 +15,7 @@ namespace cpu {
 
 // Vectors of 8 [0, n): pr_i = fma(p[2i], q[2i], p[2i+1] q[2i+1]), leaf = (pr0 + pr1) + (pr2 + pr3):
 // squares8 with p = q = h (square_plus's a * a + c, where a * a is exact, is that fma too),
-// gwxhat8 with p = g w and q = x rstd. Four vectors an iteration: even and odd elements apart,
+// pairdot8 with p = g w and q = xhat. Four vectors an iteration: even and odd elements apart,
 // the products, then the pairs' and the halves' sums.
 __attribute__((target("avx2,fma"))) inline void pairdot8_avx2(const float* p, const float* q, int n, float* out) {
   int v = 0;
@@ -45,7 +45,7 @@ __attribute__((target("avx2,fma"))) inline void pairdot8_avx2(const float* p, co
 }
 
 // FP32 vectors of 4 [0, n): (p0 q0 + p1 q1) + (p2 q2 + p3 q3), every product rounded: squares4
-// (p = q = h) and gwxhat4 (p = g w, q = x rstd).
+// (p = q = h) and dot4 (p = g w, q = xhat).
 __attribute__((target("avx2,fma"))) inline void dot4_avx2(const float* p, const float* q, int n, float* out) {
   int v = 0;
   for (; v + 4 <= n; v += 4) {

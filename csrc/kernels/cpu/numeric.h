@@ -19,8 +19,10 @@ inline float float_of(uint32_t u) {
   return f;
 }
 
+// kMinNormal and kMax: the smallest normal and the largest finite value (y_rebuild_range).
 struct BF16 {
   uint16_t bits;
+  static constexpr float kMinNormal = 0x1p-126f, kMax = 0x1.fep127f;
   static float to_float(BF16 v) { return float_of(static_cast<uint32_t>(v.bits) << 16); }
   static BF16 from_float(float f) {
     const uint32_t u = bits_of(f);
@@ -31,6 +33,7 @@ struct BF16 {
 
 struct FP16 {
   uint16_t bits;
+  static constexpr float kMinNormal = 0x1p-14f, kMax = 65504.f;
   static float to_float(FP16 v) {
     const uint32_t sign = static_cast<uint32_t>(v.bits & 0x8000u) << 16;
     const uint32_t exp = (v.bits >> 10) & 0x1fu;
@@ -68,6 +71,7 @@ struct FP16 {
 
 struct F32 {
   float v;
+  static constexpr float kMinNormal = 0x1p-126f, kMax = 0x1.fffffep127f;
   static float to_float(F32 x) { return x.v; }
   static F32 from_float(float f) { return F32{f}; }
 };

@@ -164,8 +164,17 @@ template <typename T, typename W, typename TG = T, bool kAvx2 = false>
 void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf, int c0, int c1) {
   const int H = p.hidden;
   const int nvec = order.fp32 ? H / 4 : H / 8;
-  std::vector<float> gf(H), xf(H), xh(H), gw(H), dv(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
+  std::vector<float> gf(H), xh(H), gw(H), dv(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
   RowSum row_sum;
+  // The backward from y divides by w where w lies in y_rebuild_range and by NaN elsewhere, so a
+  // weight y cannot rebuild xhat from makes dx and dw NaN (loud), never a biased gradient; the
+  // Python layer saves x instead for such a weight (docs/python_api.md#memory-efficient).
+  std::vector<float> yw;
+  if (p.from_y) {
+    const YRange r = y_rebuild_range(TG::kMinNormal, TG::kMax, H);
+    yw.resize(H);
+    for (int i = 0; i < H; ++i) yw[i] = std::fabs(wf[i]) >= r.lo && std::fabs(wf[i]) <= r.hi ? wf[i] : NAN;
+  }
   for (int c = c0; c < c1; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
     if (part != nullptr)
@@ -173,18 +182,22 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
     const int64_t end = chunk_begin(c + 1, p);
     for (int64_t row = chunk_begin(c, p); row < end; ++row) {
       const TG* g = static_cast<const TG*>(p.g) + row * p.g_stride;
-      const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
       const float rstd = p.rstd[row];
       for (int i = 0; i < H; ++i) {
         gf[i] = TG::to_float(g[i]);
-        xf[i] = T::to_float(x[i]);
-        xh[i] = xf[i] * rstd;
         gw[i] = gf[i] * wf[i];
       }
-      float* lf = leaves.data();  // gwxhat8 / gwxhat4 of every vector: the products g w and x rstd
-      leaves_of<kAvx2>(order, gw.data(), xh.data(), nvec, lf,
-                       [&](int v) { return gwxhat4(&gf[4 * v], &wf[4 * v], &xf[4 * v], rstd); },
-                       [&](int v) { return gwxhat8(&gf[8 * v], &wf[8 * v], &xf[8 * v], rstd); });
+      if (p.from_y) {  // the memory-efficient backward: xhat = y / w, y of g's type
+        const TG* y = static_cast<const TG*>(p.x) + row * p.x_stride;
+        for (int i = 0; i < H; ++i) xh[i] = TG::to_float(y[i]) / yw[i];
+      } else {
+        const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+        for (int i = 0; i < H; ++i) xh[i] = T::to_float(x[i]) * rstd;
+      }
+      // gwxhat8 / gwxhat4 of every vector, from the products g w and xhat (x rstd, or y / w).
+      float* lf = leaves.data();
+      leaves_of<kAvx2>(order, gw.data(), xh.data(), nvec, lf, [&](int v) { return dot4(&gw[4 * v], &xh[4 * v]); },
+                       [&](int v) { return pairdot8(&gw[8 * v], &xh[8 * v]); });
       const float dot = row_sum(order, nvec, lf);
       const float mean = dot / static_cast<float>(H);
       T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;

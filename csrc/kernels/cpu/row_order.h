@@ -109,20 +109,18 @@ inline float squares8(const float* h) {
   for (int i = 0; i < 4; ++i) pr[i] = square_plus(h[2 * i], h[2 * i + 1] * h[2 * i + 1]);
   return tree(pr, 4);
 }
-inline float gwxhat8(const float* g, const float* w, const float* x, float rstd) {
+// The backward's leaves over the products already rounded, p = g w and q = xhat (x rstd, or
+// y / w in the memory-efficient backward): backward.cuh's gwxhat_sum (each pair one FMA, then
+// (p0 + p1) + (p2 + p3)) and fp32_rows.cuh's sum4 of rounded products.
+inline float pairdot8(const float* p, const float* q) {
   float pr[4];
-  for (int i = 0; i < 4; ++i) {
-    const int a = 2 * i, b = 2 * i + 1;
-    pr[i] = std::fma(g[a] * w[a], x[a] * rstd, (g[b] * w[b]) * (x[b] * rstd));
-  }
+  for (int i = 0; i < 4; ++i) pr[i] = std::fma(p[2 * i], q[2 * i], p[2 * i + 1] * q[2 * i + 1]);
   return tree(pr, 4);
 }
-inline float squares4(const float* h) { return (h[0] * h[0] + h[1] * h[1]) + (h[2] * h[2] + h[3] * h[3]); }
-inline float gwxhat4(const float* g, const float* w, const float* x, float rstd) {
-  float t[4];
-  for (int i = 0; i < 4; ++i) t[i] = (g[i] * w[i]) * (x[i] * rstd);
-  return (t[0] + t[1]) + (t[2] + t[3]);
+inline float dot4(const float* p, const float* q) {
+  return (p[0] * q[0] + p[1] * q[1]) + (p[2] * q[2] + p[3] * q[3]);
 }
+inline float squares4(const float* h) { return (h[0] * h[0] + h[1] * h[1]) + (h[2] * h[2] + h[3] * h[3]); }
 
 }  // namespace cpu
 }  // namespace cake

@@ -1,0 +1,134 @@
+"""The memory-efficient mode's rule: when the forward may save y (the output the next Linear keeps
+anyway) instead of x, the backward rebuilding xhat = y / w.
+
+y rebuilds xhat to one rounding of y's dtype (relative to xhat, or to 1, the row's RMS of xhat)
+for every column whose effective weight (w, or 1 + w) lies in [lo, hi] (the C API's
+cake_rmsnorm_y_rebuild_range: lo is y's smallest normal, hi half y's largest over sqrt(H)). A
+weight with a column outside (zero, tiny, denormal, huge, non-finite) gets x saved after all, so
+the gradient is the standard path's; the kernels divide by NaN there, so no call can return a
+silently biased gradient. Checking a weight reads it on the host: one sync a weight version,
+remembered per tensor, so a training step pays it once a norm, after the optimizer's update.
+"""
+
+import ctypes
+import warnings
+import weakref
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook as _register_step_hook
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ._lib import _c
+
+__all__ = ["rebuild_range", "saves_y", "track", "refresh", "why_saves_x"]
+
+_DTYPE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # cake_dtype_t
+_c.cake_rmsnorm_y_rebuild_range.restype = ctypes.c_int
+_c.cake_rmsnorm_y_rebuild_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_float),
+                                            ctypes.POINTER(ctypes.c_float)]
+_RANGES = {}
+
+
+def rebuild_range(y_dtype, hidden):
+    """(lo, hi): the |w| for which y of ``y_dtype`` and width ``hidden`` rebuilds xhat."""
+    key = (y_dtype, hidden)
+    r = _RANGES.get(key)
+    if r is None:
+        lo, hi = ctypes.c_float(), ctypes.c_float()
+        st = _c.cake_rmsnorm_y_rebuild_range(_DTYPE[y_dtype], hidden, ctypes.byref(lo), ctypes.byref(hi))
+        if st != 0:
+            raise ValueError(f"no rebuild range for y of {y_dtype} and hidden {hidden}")
+        r = _RANGES[key] = (lo.value, hi.value)
+    return r
+
+
+def _check(w, y_dtype, hidden):
+    lo, hi = rebuild_range(y_dtype, hidden)
+    a = w.detach().float().abs()
+    return bool(((a >= lo) & (a <= hi)).all())  # NaN fails both: x is saved
+
+
+# The verdicts of tensors seen, by identity, with the version and storage they were taken at.
+_SEEN = WeakIdKeyDictionary()
+
+
+def saves_y(w, y_dtype, hidden, source=None):
+    """True where the forward may save y: every column of the effective weight ``w`` lies in the
+    rebuild range. ``source`` (the Parameter ``w`` derives from, as 1 + w does) keys the cache, so a
+    weight made afresh each call is checked once a version of the Parameter, not once a call."""
+    if w.is_cuda:
+        _say_no_cuda()
+        return False
+    key = source if source is not None else w
+    try:
+        seen = _SEEN.get(key)
+    except TypeError:  # not weak-referenceable: checked every call
+        return _check(w, y_dtype, hidden)
+    stamp = (key._version, key.data_ptr(), y_dtype, hidden)
+    if seen is not None and seen[0] == stamp:
+        return seen[1]
+    verdict = _check(w, y_dtype, hidden)
+    _SEEN[key] = (stamp, verdict)
+    return verdict
+
+
+
+_SAID_CUDA = []
+
+
+def _say_no_cuda():
+    if not _SAID_CUDA:
+        _SAID_CUDA.append(True)
+        warnings.warn("cake_rmsnorm memory_efficient: this version's CUDA backward reads x, so CUDA calls save x "
+                      "(the backward from y runs on the CPU path); gradients are the standard path's", stacklevel=4)
+
+
+def why_saves_x(w, y_dtype):
+    """The reason a call saves x: the effective weight's columns outside the range, counted."""
+    lo, hi = rebuild_range(y_dtype, w.numel())
+    a = w.detach().float().abs()
+    bad = ~((a >= lo) & (a <= hi))
+    return (f"{int(bad.sum())} of {a.numel()} weight columns lie outside the range y rebuilds x from "
+            f"(|w| in [{lo:.3g}, {hi:.3g}] for y of {y_dtype}; zero, tiny, huge or not finite)")
+
+
+def effective(module):
+    """The weight the kernels see: w, or 1 + w (zero-centred), detached."""
+    w = module.weight.detach()
+    return 1.0 + w.float() if getattr(module, "zero_centered", False) else w
+
+
+# Memory-efficient modules, whose verdict compiled calls read (RMSNorm._y_ok): taken at creation
+# and on every eager call, and refreshed after every optimizer step (one sync for them all), so
+# a weight an optimizer moves out of the range is caught before the next compiled forward.
+_TRACKED = weakref.WeakSet()
+_HOOK = []
+
+
+def track(module):
+    _TRACKED.add(module)
+    if not _HOOK:
+        _HOOK.append(_register_step_hook(lambda *_: refresh(list(_TRACKED))))
+    refresh([module])
+
+
+def refresh(modules):
+    """Each module's verdict for the narrowest range (FP16 y: right for every y dtype), one host
+    sync for all; a module with no weight keeps True (its unit weight), a meta weight None."""
+    checks, owners = [], []
+    for m in modules:
+        w = getattr(m, "weight", None)
+        if w is None:
+            m._y_ok = True
+            continue
+        if w.is_meta:
+            continue
+        lo, hi = rebuild_range(torch.float16, w.numel())
+        a = effective(m).float().abs()
+        checks.append(((a >= lo) & (a <= hi)).all())
+        owners.append(m)
+    if checks:
+        one_device = all(c.device == checks[0].device for c in checks)
+        verdicts = torch.stack(checks).tolist() if one_device else [bool(c) for c in checks]
+        for m, ok in zip(owners, verdicts):
+            m._y_ok = bool(ok)
