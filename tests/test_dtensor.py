@@ -85,6 +85,19 @@ def _cases(rank, mesh):
     xa = D(x, Shard(1)).requires_grad_()
     cr.cake_rmsnorm(xa, D(w, Replicate()).requires_grad_(), eps, main_grad=mg2).backward(D(gy, Shard(1)))
     assert torch.allclose(mg2.to_local(), dw0, rtol=1e-5, atol=1e-5)
+    # The backward from y (memory-efficient mode): dx sharded with the unsharded bits, dw a
+    # Partial FP32 sum; through autograd the same, y saved in x's place.
+    dxy, dwy = ops.bwd_y(sg, D(y0, Shard(1)), D(w, Replicate()), sr, None, None, False)
+    dxy0, dwy0 = ops.bwd_y(gy, y0, w, rstd0, None, None, False)
+    assert dxy.placements == (Shard(1),) and dwy.placements[0].is_partial()
+    assert torch.equal(dxy.full_tensor(), dxy0)
+    assert torch.allclose(dwy.full_tensor(), dwy0, rtol=1e-5, atol=1e-5)
+    xa, wa = D(x, Shard(1)).requires_grad_(), D(w, Replicate()).requires_grad_()
+    ya = cr.cake_rmsnorm(xa, wa, eps, memory_efficient=True)
+    assert ya.grad_fn.saved_tensors[0].to_local().data_ptr() == ya.to_local().data_ptr()
+    ya.backward(D(gy, Shard(1)))
+    assert torch.equal(xa.grad.full_tensor(), dxy0)
+    assert torch.equal(wa.grad.full_tensor(), dwy0.to(w.dtype))
     # bwd with dw in w's 16-bit dtype: the rounded dw is never a Partial sum.
     _, dw16 = ops.bwd(sg, sx, D(w, Replicate()), sr, None, True)
     assert dw16.placements == (Replicate(),) and dw16.dtype == torch.bfloat16

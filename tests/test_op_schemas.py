@@ -108,6 +108,7 @@ def test_the_sharding_tables_come_from_the_schemas():
 def _sample(name):
     x, w = torch.randn(3, 64), torch.randn(64)
     _, rstd = torch.ops.cake_rmsnorm.fwd(x, w, 1e-6)
+    yb = torch.ops.cake_rmsnorm.fwd(x, w, 1e-6, torch.bfloat16)[0]  # AMP's 16-bit y of FP32 x
     return {
         "fwd": (x, w, 1e-6, torch.bfloat16),
         "fwd_residual": (x, x.clone(), w, 1e-6),
@@ -116,6 +117,8 @@ def _sample(name):
         "bwd": (x.clone(), x, w.bfloat16(), rstd, None, True),
         "bwd_dx": (x.clone(), x, w, rstd, x.clone()),
         "bwd_out": (x.clone(), x, w, rstd, None, torch.empty_like(x), torch.empty(64), None, 0, False),
+        "bwd_y": (yb.clone(), yb, w, rstd, None, torch.float32, False),
+        "bwd_y_dx": (x.clone(), x, w, rstd, x.clone(), None),
     }[name]
 
 

@@ -19,10 +19,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook as _register
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ._lib import _c
+from ._sharding import is_dtensor
 
 __all__ = ["rebuild_range", "saves_y", "track", "refresh", "why_saves_x"]
 
-_DTYPE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # cake_dtype_t
+_DTYPE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}  # cake_dtype_t
 _c.cake_rmsnorm_y_rebuild_range.restype = ctypes.c_int
 _c.cake_rmsnorm_y_rebuild_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_float),
                                             ctypes.POINTER(ctypes.c_float)]
@@ -60,11 +61,14 @@ def saves_y(w, y_dtype, hidden, source=None):
         _say_no_cuda()
         return False
     key = source if source is not None else w
+    if type(w) is not torch.Tensor and is_dtensor(w):  # a replicated weight's local copy is all of it
+        w = w.to_local() if all(p.is_replicate() for p in w.placements) else w.full_tensor()
     try:
         seen = _SEEN.get(key)
     except TypeError:  # not weak-referenceable: checked every call
         return _check(w, y_dtype, hidden)
-    stamp = (key._version, key.data_ptr(), y_dtype, hidden)
+    local = getattr(key, "_local_tensor", key)
+    stamp = (key._version, local.data_ptr(), y_dtype, hidden)
     if seen is not None and seen[0] == stamp:
         return seen[1]
     verdict = _check(w, y_dtype, hidden)

@@ -257,6 +257,9 @@ class RMSNorm(nn.RMSNorm):
             return ok
         if ok is not self._y_ok:
             self._y_ok = ok
+        said = self.__dict__.get("_said_saves_x", False)
+        if ok is said:  # one warning each time the module turns to saving x
+            self.__dict__["_said_saves_x"] = not ok
             if not ok:
                 self._say_saves_x(x, w, out_dtype)
         return ok

@@ -156,6 +156,12 @@ def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
     return (True in kinds), ""
 
 
+def _checkpointing(model) -> bool:
+    """Whether a transformers model recomputes its blocks in the backward (either spelling)."""
+    on = getattr(model, "is_activation_checkpointing", None)
+    return bool(on if on is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
 def _set_submodule(model, path, module):
     parent, _, child = path.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
@@ -228,7 +234,7 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
                       "run torch's eager formula, not the fused kernels: "
                       + "; ".join(f"{p} ({r})" for p, _, r in report.fallback[:4])
                       + ("; ..." if len(report.fallback) > 4 else "") + " (report.fallback lists them)", stacklevel=2)
-    if memory_efficient and getattr(model, "is_gradient_checkpointing", False):
+    if memory_efficient and _checkpointing(model):
         report.notes.append("activation checkpointing is on: the blocks' forwards run again in the backward, so "
                             "memory_efficient saves nothing there")
     missed = sorted({(cls, reason) for _, cls, reason in report.skipped if "rms" in cls.lower()})
