@@ -40,7 +40,8 @@ class _BwdArgs(ctypes.Structure):
                 ("dx", ctypes.c_void_p), ("dx_row_stride", ctypes.c_int64),
                 ("dw", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
                 ("max_ctas", ctypes.c_int), ("accumulate_dw", ctypes.c_int), ("dw_in_w_dtype", ctypes.c_int),
-                ("g_dtype_set", ctypes.c_int), ("g_dtype", ctypes.c_int)]
+                ("g_dtype_set", ctypes.c_int), ("g_dtype", ctypes.c_int),
+                ("y", ctypes.c_void_p), ("y_row_stride", ctypes.c_int64)]  # y: the backward from y (unused here)
 
 
 _c.cake_rmsnorm_backward_partials.restype = ctypes.c_int
