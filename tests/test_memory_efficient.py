@@ -362,3 +362,25 @@ def test_the_module_under_autocast_saves_the_16bit_y():
     assert x.grad.dtype == FP32
     assert_close_unit(x.grad, dx_ref, "dx")
     assert rel_l2(m.weight.grad, dw_ref) <= 2 * U[BF16]
+
+
+def test_per_head_norms_keep_saving_x():
+    """Qwen3's QK norms feed RoPE, which keeps none of their output: patch() leaves them in the
+    standard mode (the same bytes, full precision) and says so."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen3Config(vocab_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=128)
+    model = transformers.Qwen3ForCausalLM(cfg)
+    report = cr.patch(model, memory_efficient=True)
+    modes = {p: model.get_submodule(p).memory_efficient for p, _ in report.replaced}
+    assert modes == {"model.layers.0.self_attn.q_norm": False, "model.layers.0.self_attn.k_norm": False,
+                     "model.layers.0.input_layernorm": True, "model.layers.0.post_attention_layernorm": True,
+                     "model.norm": True}
+    assert any("per-head" in n for n in report.notes)
+    ids = torch.randint(0, 128, (2, 24))
+    std = transformers.Qwen3ForCausalLM(cfg)
+    std.load_state_dict(model.state_dict())
+    cr.patch(std)
+    got = _saved_bytes(lambda: model(ids, labels=ids).loss)[0]
+    want = _saved_bytes(lambda: std(ids, labels=ids).loss)[0] - 3 * ids.numel() * 256 * 4
+    assert got == want

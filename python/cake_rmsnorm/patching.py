@@ -156,6 +156,25 @@ def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
     return (True in kinds), ""
 
 
+def _narrow_norms_save_x(model, report):
+    """Norms narrower than the model's widest (per-head QK norms) feed RoPE, which keeps none of
+    their output: saving y there costs what saving x did, so they keep the standard mode (full
+    precision), and report.notes says so."""
+    mods = [model.get_submodule(p) for p, _ in report.replaced]
+    widths = [m.weight.numel() for m in mods if getattr(m, "weight", None) is not None]
+    if not widths:
+        return
+    widest = max(widths)
+    narrow = [(p, m) for (p, _), m in zip(report.replaced, mods)
+              if getattr(m, "weight", None) is not None and m.weight.numel() < widest]
+    for _, m in narrow:
+        m.memory_efficient = False
+    if narrow:
+        report.notes.append(f"{len(narrow)} norms narrower than the widest ({narrow[0][0]}, ...: per-head norms, "
+                            "whose output goes to RoPE, which keeps none of it) keep saving x: saving y would "
+                            "cost the same bytes")
+
+
 def _checkpointing(model) -> bool:
     """Whether a transformers model recomputes its blocks in the backward (either spelling)."""
     on = getattr(model, "is_activation_checkpointing", None)
@@ -234,6 +253,8 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
                       "run torch's eager formula, not the fused kernels: "
                       + "; ".join(f"{p} ({r})" for p, _, r in report.fallback[:4])
                       + ("; ..." if len(report.fallback) > 4 else "") + " (report.fallback lists them)", stacklevel=2)
+    if memory_efficient:
+        _narrow_norms_save_x(model, report)
     if memory_efficient and _checkpointing(model):
         report.notes.append("activation checkpointing is on: the blocks' forwards run again in the backward, so "
                             "memory_efficient saves nothing there")
