@@ -6,7 +6,9 @@
 1. ddp / fsdp2: a tiny Llama from `transformers` with `cake_rmsnorm.patch()`, BF16, trained a
    few steps on a global batch split across the ranks; its losses (mean over ranks) against
    one process training on the whole batch, and against the spread between two stock
-   single-process runs in different reduction orders (the BF16 noise floor).
+   single-process runs in different reduction orders (the BF16 noise floor); the same for
+   FSDP2 with patch(memory_efficient=True) and for DDP under AMP (FP32 parameters, autocast:
+   the FP32 residual stream's mixed add).
 2. ddp and fsdp2, each twice: the norm weights' gradients of every step after the all-reduce
    (DDP) or reduce-scatter (FSDP2, gathered whole), bitwise, across the two runs.
 3. sequence parallel: x of [T, H] sharded along T; each rank's FP32 dw of its rows, summed by
@@ -65,14 +67,15 @@ def norm_grads(model):
     return out
 
 
-def train(model, data, device, rank, world, lr=1e-3, keep_grads=False):
+def train(model, data, device, rank, world, lr=1e-3, keep_grads=False, amp=False):
     """Per-step losses (mean over ranks) and, if asked, the norm gradients of every step."""
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses, grads = [], []
     for ids in data:
         shard = ids.chunk(world)[rank].to(device)
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=shard, labels=shard).loss
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+            loss = model(input_ids=shard, labels=shard).loss
         loss.backward()
         if keep_grads:
             grads.append(norm_grads(model))
@@ -85,9 +88,9 @@ def train(model, data, device, rank, world, lr=1e-3, keep_grads=False):
     return losses, grads
 
 
-def wrap(base, mode, device, world):
+def wrap(base, mode, device, world, **patch_kw):
     model = copy.deepcopy(base).to(device)
-    cr.patch(model)
+    cr.patch(model, **patch_kw)
     if mode == "ddp":
         return torch.nn.parallel.DistributedDataParallel(model)
     from torch.distributed.device_mesh import init_device_mesh
@@ -99,12 +102,12 @@ def wrap(base, mode, device, world):
     return model
 
 
-def single(base, data, device, patched, rows_split=1):
+def single(base, data, device, patched, rows_split=1, amp=False, **patch_kw):
     """One process on the whole batch; rows_split > 1 runs the batch as that many micro-batches
     with summed gradients (a different reduction order: the stock model's own BF16 noise)."""
     model = copy.deepcopy(base).to(device)
     if patched:
-        cr.patch(model)
+        cr.patch(model, **patch_kw)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     losses = []
     for ids in data:
@@ -112,7 +115,8 @@ def single(base, data, device, patched, rows_split=1):
         total = 0.0
         for part in ids.chunk(rows_split):
             part = part.to(device)
-            loss = model(input_ids=part, labels=part).loss / rows_split
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+                loss = model(input_ids=part, labels=part).loss / rows_split
             loss.backward()
             total += loss.item()
         opt.step()
@@ -301,6 +305,22 @@ def main():
             diff = max(abs(a - b) for a, b in zip(losses, ref))
             report[mode] = {"losses": losses, "max_diff_vs_single": diff, "within_noise": diff <= max(2 * noise, 1e-3)}
             del model
+        # The memory-efficient mode under FSDP2 (y saved in x's place; on CUDA this version saves x
+        # and says so), and AMP's mixed residual stream under DDP (FP32 parameters, autocast).
+        ref_me = single(base, data, device, patched=True, memory_efficient=True)
+        model = wrap(base, "fsdp2", device, world, memory_efficient=True)
+        losses, _ = train(model, data, device, rank, world)
+        diff = max(abs(a - b) for a, b in zip(losses, ref_me))
+        report["fsdp2_memory_efficient"] = {"losses": losses, "max_diff_vs_single": diff,
+                                            "within_noise": diff <= max(2 * noise, 1e-3)}
+        del model
+        base32 = copy.deepcopy(base).float()
+        ref_amp = single(base32, data, device, patched=True, amp=True)
+        model = wrap(base32, "ddp", device, world)
+        losses, _ = train(model, data, device, rank, world, amp=True)
+        diff = max(abs(a - b) for a, b in zip(losses, ref_amp))
+        report["ddp_amp"] = {"losses": losses, "max_diff_vs_single": diff, "within_noise": diff <= max(2 * noise, 1e-3)}
+        del model
         report["norm_grads_bitwise"] = {}
         for mode in ("ddp", "fsdp2"):
             runs = []
@@ -322,6 +342,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
     ok = (report["ddp"]["within_noise"] and report["fsdp2"]["within_noise"] and all(report["norm_grads_bitwise"].values())
+          and report["fsdp2_memory_efficient"]["within_noise"] and report["ddp_amp"]["within_noise"]
           and report["sequence_parallel"]["sharded_repeatable_bitwise"]
           and report["sequence_parallel"]["rel_diff_sharded_vs_unsharded"] <= 1e-5
           and report["sequence_parallel"].get("bitwise_mode_equals_unsharded", True)
