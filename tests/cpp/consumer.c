@@ -142,6 +142,49 @@ int main(void) {
   printf("cpu: max y err %.3g, max dx err %.3g, dw rel-L2 %.3g\n", max_y, max_dx, dw_err);
   if (max_y > 1e-2 || max_dx > 1e-2 || dw_err > 1e-4) return 1;
 
+  /* The backward from y (memory-efficient): x NULL, y given, for a weight inside the rebuild
+     range; dx within the same bound, dw within one BF16 rounding (the information y keeps). */
+  {
+    float lo = 0, hi = 0;
+    st = cake_rmsnorm_y_rebuild_range(CAKE_DTYPE_BF16, H, &lo, &hi);
+    if (st != CAKE_OK || lo != 0x1p-126f || !(hi > 1e36f)) return fail("y_rebuild_range", st);
+    uint16_t* dx2 = malloc(2 * n);
+    float* dw2 = malloc(4 * H);
+    cake_rmsnorm_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.device = CAKE_DEVICE_CPU;
+    a.x_dtype = CAKE_DTYPE_BF16;
+    a.w_dtype = CAKE_DTYPE_BF16;
+    a.rows = T;
+    a.hidden = H;
+    a.g = c.g;
+    a.g_row_stride = H;
+    a.y = c.y;
+    a.y_row_stride = H;
+    a.w = c.w;
+    a.rstd = c.rstd;
+    a.dx = dx2;
+    a.dx_row_stride = H;
+    a.dw = dw2;
+    a.workspace = c.ws;
+    a.workspace_bytes = c.ws_bytes;
+    st = cake_rmsnorm_backward(&a, NULL);
+    if (st != CAKE_OK) return fail("CPU backward from y", st);
+    a.x = c.h; /* both x and y: refused */
+    if (cake_rmsnorm_backward(&a, NULL) != CAKE_ERR_INVALID_ARGUMENT) return fail("x and y both given", CAKE_OK);
+    double dx_diff = 0, e2 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = fabs(from_bf16(dx2[i]) - from_bf16(c.dx[i])) / (1.0 + fabs(from_bf16(c.dx[i])));
+      if (d > dx_diff) dx_diff = d;
+    }
+    for (int j = 0; j < H; ++j) e2 += (dw2[j] - dwr[j]) * (dw2[j] - dwr[j]);
+    e2 = sqrt(e2 / dw_norm);
+    printf("cpu from y: max dx diff vs from x %.3g, dw rel-L2 %.3g\n", dx_diff, e2);
+    if (dx_diff > 1e-2 || e2 > 1e-2) return 1;
+    free(dx2);
+    free(dw2);
+  }
+
 #ifdef CAKE_TEST_CUDA
   Buffers d;
   cudaMalloc((void**)&d.x, 2 * n); cudaMalloc((void**)&d.r, 2 * n); cudaMalloc((void**)&d.w, 2 * H);
