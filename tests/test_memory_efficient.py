@@ -364,7 +364,7 @@ def test_the_module_under_autocast_saves_the_16bit_y():
     assert rel_l2(m.weight.grad, dw_ref) <= 2 * U[BF16]
 
 
-def test_per_head_norms_keep_saving_x():
+def test_qk_norms_keep_saving_x():
     """Qwen3's QK norms feed RoPE, which keeps none of their output: patch() leaves them in the
     standard mode (the same bytes, full precision) and says so."""
     transformers = pytest.importorskip("transformers")
@@ -376,7 +376,7 @@ def test_per_head_norms_keep_saving_x():
     assert modes == {"model.layers.0.self_attn.q_norm": False, "model.layers.0.self_attn.k_norm": False,
                      "model.layers.0.input_layernorm": True, "model.layers.0.post_attention_layernorm": True,
                      "model.norm": True}
-    assert any("per-head" in n for n in report.notes)
+    assert any("QK norms" in n for n in report.notes)
     ids = torch.randint(0, 128, (2, 24))
     std = transformers.Qwen3ForCausalLM(cfg)
     std.load_state_dict(model.state_dict())
@@ -384,3 +384,61 @@ def test_per_head_norms_keep_saving_x():
     got = _saved_bytes(lambda: model(ids, labels=ids).loss)[0]
     want = _saved_bytes(lambda: std(ids, labels=ids).loss)[0] - 3 * ids.numel() * 256 * 4
     assert got == want
+
+
+def test_weights_changed_behind_the_version_counter_or_loaded():
+    """A column zeroed through .data (no version bump) is caught after the next optimizer step,
+    which forgets the remembered verdicts; a loaded state dict and a deepcopy get their own."""
+    import copy
+    m = RMSNorm(64, memory_efficient=True)
+    x = torch.randn(4, 64, requires_grad=True)
+    assert _saved_y(m(x))
+    m.weight.data[7] = 0.0
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    m.weight.grad = torch.zeros(64)
+    opt.step()
+    assert m._y_ok is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = m(x)
+    assert not _saved_y(y)
+    y.backward(torch.ones_like(y))
+    assert not x.grad.isnan().any()
+    # load_state_dict through a parent module: the loaded weight's verdict, eager and compiled.
+    parent = torch.nn.Sequential(RMSNorm(64, memory_efficient=True))
+    assert parent[0]._y_ok is True
+    bad = {"0.weight": torch.ones(64).index_fill_(0, torch.tensor([2]), 0.0)}
+    parent.load_state_dict(bad)
+    assert parent[0]._y_ok is False
+    twin = copy.deepcopy(parent)
+    assert twin[0]._y_ok is False and twin[0] in list(_memory._TRACKED)
+    with torch.no_grad():
+        twin[0].weight.fill_(1.0)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.0)
+    opt.step()
+    assert twin[0]._y_ok is True
+
+
+def test_no_grad_calls_and_unserved_dtypes_skip_the_rule():
+    m = RMSNorm(64, memory_efficient=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m(torch.randn(2, 64))
+    with pytest.raises(TypeError, match="x"):
+        cr.cake_rmsnorm(torch.randn(2, 64, dtype=torch.float64), torch.ones(64), memory_efficient=True)
+
+
+def test_the_functional_form_says_when_it_saves_x():
+    x = torch.randn(4, 64, requires_grad=True)
+    w = torch.ones(64).index_fill_(0, torch.tensor([1]), 0.0)
+    with pytest.warns(UserWarning, match="saves x, not y"):
+        y = cr.cake_rmsnorm(x, w, memory_efficient=True)
+    assert not _saved_y(y)
+
+
+def test_a_zero_centred_verdict_is_not_a_plain_one():
+    """The verdict of 1 + w is remembered apart from w's, though both are keyed by the same tensor."""
+    w = torch.full((64,), -1.0)  # 1 + w is zero: x saved; w itself is fine
+    assert _memory.saves_y(w, FP32, 64) is True
+    assert _memory.saves_y(1.0 + w, FP32, 64, source=w, transform="1+w") is False
+    assert _memory.saves_y(w, FP32, 64) is True

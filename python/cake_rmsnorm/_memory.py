@@ -53,10 +53,14 @@ def _check(w, y_dtype, hidden):
 _SEEN = WeakIdKeyDictionary()
 
 
-def saves_y(w, y_dtype, hidden, source=None):
+def saves_y(w, y_dtype, hidden, source=None, transform=None):
     """True where the forward may save y: every column of the effective weight ``w`` lies in the
-    rebuild range. ``source`` (the Parameter ``w`` derives from, as 1 + w does) keys the cache, so a
-    weight made afresh each call is checked once a version of the Parameter, not once a call."""
+    rebuild range. ``source`` (the Parameter ``w`` derives from, ``transform`` naming how, as
+    "1+w" does) keys the cache, so a weight made afresh each call is checked once a version of
+    the Parameter, not once a call. A write that bypasses the version counter (``p.data.*_``) is
+    seen after the next optimizer step, which forgets every verdict (refresh)."""
+    if y_dtype not in _DTYPE:
+        return False  # no kernels for it: refused by the checks with the documented error
     if w.is_cuda:
         _say_no_cuda()
         return False
@@ -68,7 +72,7 @@ def saves_y(w, y_dtype, hidden, source=None):
     except TypeError:  # not weak-referenceable: checked every call
         return _check(w, y_dtype, hidden)
     local = getattr(key, "_local_tensor", key)
-    stamp = (key._version, local.data_ptr(), y_dtype, hidden)
+    stamp = (key._version, local.data_ptr(), y_dtype, hidden, transform)
     if seen is not None and seen[0] == stamp:
         return seen[1]
     verdict = _check(w, y_dtype, hidden)
@@ -118,14 +122,18 @@ def track(module):
 
 def refresh(modules):
     """Each module's verdict for the narrowest range (FP16 y: right for every y dtype), one host
-    sync for all; a module with no weight keeps True (its unit weight), a meta weight None."""
+    sync for all; a module with no weight keeps True (its unit weight), a meta or CUDA weight None
+    (CUDA calls save x in this version). Every remembered eager verdict is forgotten first, so a
+    write no version counter saw is caught by the next call after an optimizer step."""
+    _SEEN.clear()
     checks, owners = [], []
     for m in modules:
         w = getattr(m, "weight", None)
         if w is None:
             m._y_ok = True
             continue
-        if w.is_meta:
+        if w.is_meta or w.is_cuda:
+            m._y_ok = None
             continue
         a = effective(m).float().abs()
         if type(a) is not torch.Tensor and is_dtensor(a):

@@ -54,8 +54,8 @@ def _strategies(name, roles, outputs, args):
 
     written = {i for i in range(len(args)) if _WRITES[name][i] == "!"}
     dims = [*range(ndim - 1), None]
-    if name == "bwd" and len(args) > 5 and args[5]:
-        dims = [None]
+    if (name == "bwd" and len(args) > 5 and args[5]) or (name == "bwd_y" and len(args) > 6 and args[6]):
+        dims = [None]  # dw rounded to a 16-bit dtype is never a Partial sum
     out = []
     for d in dims:
         ins = [place(roles[i], a, d) for i, a in enumerate(args)]

@@ -1,5 +1,6 @@
 """The autograd entry point: one torch.autograd.Function over the ops, eager and compiled."""
 
+import warnings
 from typing import Optional
 
 import torch
@@ -187,19 +188,25 @@ def cake_rmsnorm(
     save_y = False
     if memory_efficient is not False:
         C.check_bool(memory_efficient, "memory_efficient")
-        save_y = memory_efficient and not torch.compiler.is_compiling() and \
-            y_rebuilds(x, w, residual, out_dtype)
+        if memory_efficient and not torch.compiler.is_compiling():
+            save_y = y_rebuilds(x, w, residual, out_dtype)
+            if not save_y and torch.is_grad_enabled() and isinstance(w, torch.Tensor) and not w.is_cuda \
+                    and isinstance(x, torch.Tensor) and y_dtype_of(x, residual, out_dtype) in C.ACT_DTYPES:
+                warnings.warn("cake_rmsnorm(memory_efficient=True) saves x, not y: w has columns outside the range "
+                              "y rebuilds x from (docs/python_api.md#memory-efficient-mode)", stacklevel=2)
     return apply(x, w, eps, residual, deterministic, main_grad, out_dtype, save_y)
 
 
-def y_rebuilds(x, w, residual, out_dtype, source=None):
-    """The memory-efficient rule for this call (_memory.py): y's dtype is out_dtype, or the
-    stream's (x's, or float32 with AMP's mixed add)."""
+def y_dtype_of(x, residual, out_dtype):
+    """y's dtype: out_dtype, or the stream's (x's, or float32 with AMP's mixed add)."""
+    return out_dtype or (torch.float32 if C.mixed_stream(x, residual) else x.dtype)
+
+
+def y_rebuilds(x, w, residual, out_dtype, source=None, transform=None):
+    """The memory-efficient rule for this call (_memory.py)."""
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() < 1 or w.dim() != 1:
         return False  # refused by the kernels' checks with the documented error
-    mixed = C.mixed_stream(x, residual)
-    y_dtype = out_dtype or (torch.float32 if mixed else x.dtype)
-    return _saves_y(w, y_dtype, x.shape[-1], source)
+    return _saves_y(w, y_dtype_of(x, residual, out_dtype), x.shape[-1], source, transform)
 
 
 def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None, save_y=False):

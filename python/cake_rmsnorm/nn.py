@@ -12,7 +12,7 @@ from ._checks import (_BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HAL
                       mixed_stream)
 from ._lib import cuda_refusal
 from . import _memory
-from .autograd import apply, y_rebuilds
+from .autograd import apply, y_dtype_of, y_rebuilds
 
 _WARNED = set()  # CUDA devices the module warned it runs torch's formula on
 
@@ -115,8 +115,9 @@ class RMSNorm(nn.RMSNorm):
         self.deterministic = deterministic
         self.accumulate_main_grad = accumulate_main_grad
         self.memory_efficient = memory_efficient
-        self._y_ok = None  # the memory-efficient verdict last taken (None: not yet)
+        self._y_ok = None  # the memory-efficient verdict compiled calls read (None: not taken)
         self.reset_parameters()
+        self.register_load_state_dict_post_hook(RMSNorm._reloaded)
         if memory_efficient:
             _memory.track(self)
 
@@ -237,7 +238,7 @@ class RMSNorm(nn.RMSNorm):
         if torch.compiler.is_compiling():  # the verdict as last taken outside the graph (_memory.track)
             save_y = self.memory_efficient and self._y_ok is True and not x.is_cuda  # CUDA: x (_memory.py)
             return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
-        save_y = self.memory_efficient and self._saves_y(x, w, residual, out_dtype)
+        save_y = self.memory_efficient and torch.is_grad_enabled() and self._saves_y(x, w, residual, out_dtype)
         try:
             return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
         except RuntimeError:
@@ -251,24 +252,37 @@ class RMSNorm(nn.RMSNorm):
 
     def _saves_y(self, x, w, residual, out_dtype):
         """The memory-efficient rule for this call (_memory.py), remembered per version of the
-        weight; the verdict is kept for compiled calls, with one warning while x is saved."""
-        ok = y_rebuilds(x, w, residual, out_dtype, source=self.weight)
+        weight, with one warning each time the module turns to saving x. Compiled calls read
+        _y_ok (FP16's range, the narrowest, taken by _memory.refresh); a weight this call finds
+        outside its range is outside FP16's too, so that verdict turns False here as well."""
+        ok = y_rebuilds(x, w, residual, out_dtype, source=self.weight, transform="1+w" if self.zero_centered else None)
         if x.is_cuda:  # said once by _memory: this version's CUDA backward reads x
             return ok
-        if ok is not self._y_ok:
-            self._y_ok = ok
+        if not ok and self._y_ok is not False:
+            self._y_ok = False
         said = self.__dict__.get("_said_saves_x", False)
-        if ok is said:  # one warning each time the module turns to saving x
+        if ok is said:
             self.__dict__["_said_saves_x"] = not ok
             if not ok:
-                self._say_saves_x(x, w, out_dtype)
+                self._say_saves_x(x, w, residual, out_dtype)
         return ok
 
-    def _say_saves_x(self, x, w, out_dtype):
+    def _say_saves_x(self, x, w, residual, out_dtype):
         name = self.__dict__.get("_path")
         who = f"cake_rmsnorm.RMSNorm {name!r}" if name else f"cake_rmsnorm.RMSNorm({self.extra_repr()})"
-        y_dtype = out_dtype or (x.dtype if x.dtype in HALF_DTYPES or x.dtype == _FP32 else _FP32)
-        warnings.warn(f"{who} saves x, not y, for its backward: {_memory.why_saves_x(w, y_dtype)}", stacklevel=5)
+        why = _memory.why_saves_x(w, y_dtype_of(x, residual, out_dtype))
+        warnings.warn(f"{who} saves x, not y, for its backward: {why}", stacklevel=5)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if self.__dict__.get("memory_efficient"):  # a copy (deepcopy, pickle) is followed as the original
+            _memory.track(self)
+
+    @staticmethod
+    def _reloaded(module, incompatible_keys):
+        """load_state_dict's post hook: a loaded weight gets a fresh verdict."""
+        if module.memory_efficient:
+            _memory.refresh([module])
 
     def _say_fallback(self, why):
         """One warning a module and reason: a fallback is never silent, and never noisy."""

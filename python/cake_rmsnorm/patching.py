@@ -156,23 +156,19 @@ def probe_norm(module: nn.Module) -> Tuple[Optional[bool], str]:
     return (True in kinds), ""
 
 
-def _narrow_norms_save_x(model, report):
-    """Norms narrower than the model's widest (per-head QK norms) feed RoPE, which keeps none of
-    their output: saving y there costs what saving x did, so they keep the standard mode (full
-    precision), and report.notes says so."""
-    mods = [model.get_submodule(p) for p, _ in report.replaced]
-    widths = [m.weight.numel() for m in mods if getattr(m, "weight", None) is not None]
-    if not widths:
-        return
-    widest = max(widths)
-    narrow = [(p, m) for (p, _), m in zip(report.replaced, mods)
-              if getattr(m, "weight", None) is not None and m.weight.numel() < widest]
-    for _, m in narrow:
-        m.memory_efficient = False
-    if narrow:
-        report.notes.append(f"{len(narrow)} norms narrower than the widest ({narrow[0][0]}, ...: per-head norms, "
-                            "whose output goes to RoPE, which keeps none of it) keep saving x: saving y would "
-                            "cost the same bytes")
+# The QK norms (Qwen3, Gemma 3, OLMo 2, ...) by their names: their output goes to RoPE, which
+# keeps none of it, so saving y there costs the bytes saving x did.
+_QK_NORMS = ("q_norm", "k_norm", "query_norm", "key_norm", "q_layernorm", "k_layernorm")
+
+
+def _qk_norms_save_x(model, report):
+    """QK norms keep the standard mode (the same bytes, full precision); report.notes says so."""
+    qk = [p for p, _ in report.replaced if p.rpartition(".")[2] in _QK_NORMS]
+    for p in qk:
+        model.get_submodule(p).memory_efficient = False
+    if qk:
+        report.notes.append(f"{len(qk)} QK norms ({qk[0]}, ...) keep saving x: their output goes to RoPE, which "
+                            "keeps none of it, so saving y would cost the same bytes")
 
 
 def _checkpointing(model) -> bool:
@@ -243,8 +239,6 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         new._path = path  # named in its fallback warnings
         report.replaced.append((path, cls))
         report._originals[path] = module
-        if memory_efficient and new._y_ok is False:
-            report.saves_x.append((path, cls, _memory.why_saves_x(_memory.effective(new), torch.float16)))
         width = math.prod(new.normalized_shape) if not new.any_width else None
         if width is not None and width % 8:
             report.fallback.append((path, cls, f"width {width} is not a multiple of 8: torch's eager formula runs"))
@@ -254,7 +248,11 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
                       + "; ".join(f"{p} ({r})" for p, _, r in report.fallback[:4])
                       + ("; ..." if len(report.fallback) > 4 else "") + " (report.fallback lists them)", stacklevel=2)
     if memory_efficient:
-        _narrow_norms_save_x(model, report)
+        _qk_norms_save_x(model, report)
+        for path, cls in report.replaced:
+            new = model.get_submodule(path)
+            if new.memory_efficient and new._y_ok is False:  # the verdict compiled calls read (FP16's range)
+                report.saves_x.append((path, cls, _memory.why_saves_x(_memory.effective(new), torch.float16)))
     if memory_efficient and _checkpointing(model):
         report.notes.append("activation checkpointing is on: the blocks' forwards run again in the backward, so "
                             "memory_efficient saves nothing there")
