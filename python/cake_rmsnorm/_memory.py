@@ -16,7 +16,6 @@ import weakref
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook as _register_step_hook
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ._lib import _c
 from ._sharding import is_dtensor
@@ -49,14 +48,17 @@ def _check(w, y_dtype, hidden):
     return bool(((a >= lo) & (a <= hi)).all())  # NaN fails both: x is saved
 
 
-# The verdicts of tensors seen, by identity, with the version and storage they were taken at.
-_SEEN = WeakIdKeyDictionary()
+# A verdict is remembered on the tensor it was taken for (an attribute: no weak-reference
+# lookup a call), stamped with the tensor's version and storage, the call's y dtype, width and
+# transform, and the epoch, which refresh() advances to forget them all.
+_EPOCH = [0]
+_ATTR = "_cake_rmsnorm_y_verdict"
 
 
 def saves_y(w, y_dtype, hidden, source=None, transform=None):
     """True where the forward may save y: every column of the effective weight ``w`` lies in the
     rebuild range. ``source`` (the Parameter ``w`` derives from, ``transform`` naming how, as
-    "1+w" does) keys the cache, so a weight made afresh each call is checked once a version of
+    "1+w" does) keys the verdict, so a weight made afresh each call is checked once a version of
     the Parameter, not once a call. A write that bypasses the version counter (``p.data.*_``) is
     seen after the next optimizer step, which forgets every verdict (refresh)."""
     if y_dtype not in _DTYPE:
@@ -65,20 +67,16 @@ def saves_y(w, y_dtype, hidden, source=None, transform=None):
         _say_no_cuda()
         return False
     key = source if source is not None else w
-    if type(w) is not torch.Tensor and is_dtensor(w):  # a replicated weight's local copy is all of it
-        w = w.to_local() if all(p.is_replicate() for p in w.placements) else w.full_tensor()
-    try:
-        seen = _SEEN.get(key)
-    except TypeError:  # not weak-referenceable: checked every call
-        return _check(w, y_dtype, hidden)
     local = getattr(key, "_local_tensor", key)
-    stamp = (key._version, local.data_ptr(), y_dtype, hidden, transform)
+    stamp = (key._version, local.data_ptr(), y_dtype, hidden, transform, _EPOCH[0])
+    seen = key.__dict__.get(_ATTR)
     if seen is not None and seen[0] == stamp:
         return seen[1]
+    if type(w) is not torch.Tensor and is_dtensor(w):  # a replicated weight's local copy is all of it
+        w = w.to_local() if all(p.is_replicate() for p in w.placements) else w.full_tensor()
     verdict = _check(w, y_dtype, hidden)
-    _SEEN[key] = (stamp, verdict)
+    key.__dict__[_ATTR] = (stamp, verdict)
     return verdict
-
 
 
 _SAID_CUDA = []
@@ -125,7 +123,7 @@ def refresh(modules):
     sync for all; a module with no weight keeps True (its unit weight), a meta or CUDA weight None
     (CUDA calls save x in this version). Every remembered eager verdict is forgotten first, so a
     write no version counter saw is caught by the next call after an optimizer step."""
-    _SEEN.clear()
+    _EPOCH[0] += 1
     checks, owners = [], []
     for m in modules:
         w = getattr(m, "weight", None)

@@ -255,17 +255,22 @@ class RMSNorm(nn.RMSNorm):
         weight, with one warning each time the module turns to saving x. Compiled calls read
         _y_ok (FP16's range, the narrowest, taken by _memory.refresh); a weight this call finds
         outside its range is outside FP16's too, so that verdict turns False here as well."""
-        ok = y_rebuilds(x, w, residual, out_dtype, source=self.weight, transform="1+w" if self.zero_centered else None)
-        if x.is_cuda:  # said once by _memory: this version's CUDA backward reads x
+        if residual is None or residual.dtype is x.dtype:  # the common case in few reads (host cost)
+            ok = _memory.saves_y(w, out_dtype or x.dtype, x.shape[-1], self._parameters.get("weight"),
+                                 "1+w" if self.zero_centered else None)
+        else:
+            ok = y_rebuilds(x, w, residual, out_dtype, self._parameters.get("weight"),
+                            "1+w" if self.zero_centered else None)
+        if ok or x.is_cuda:  # CUDA: said once by _memory (this version's CUDA backward reads x)
+            if ok and self.__dict__.get("_said_saves_x"):
+                self.__dict__["_said_saves_x"] = False
             return ok
-        if not ok and self._y_ok is not False:
+        if self._y_ok is not False:
             self._y_ok = False
-        said = self.__dict__.get("_said_saves_x", False)
-        if ok is said:
-            self.__dict__["_said_saves_x"] = not ok
-            if not ok:
-                self._say_saves_x(x, w, residual, out_dtype)
-        return ok
+        if not self.__dict__.get("_said_saves_x"):  # one warning each time the module turns to saving x
+            self.__dict__["_said_saves_x"] = True
+            self._say_saves_x(x, w, residual, out_dtype)
+        return False
 
     def _say_saves_x(self, x, w, residual, out_dtype):
         name = self.__dict__.get("_path")
