@@ -284,6 +284,23 @@ def test_patch_reports_weights_that_save_x():
     assert any("checkpointing" in n for n in cr.patch(m3, memory_efficient=True).notes)
 
 
+def test_compiled_residual_route_keeps_the_mode():
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    m = RMSNorm(128, memory_efficient=True, dtype=BF16)
+    x, r = torch.randn(2, 9, 128).bfloat16(), torch.randn(2, 9, 128).bfloat16()
+    gy, gh = torch.randn(2, 9, 128).bfloat16(), torch.randn(2, 9, 128).bfloat16()
+    grads = []
+    for fn in (torch.compile(m, fullgraph=True), m):
+        xa, ra = x.clone().requires_grad_(), r.clone().requires_grad_()
+        y, h = fn(xa, ra)
+        torch.autograd.backward([y, h], [gy, gh])
+        grads.append((xa.grad, ra.grad, m.weight.grad.clone()))
+        m.weight.grad = None
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
 def test_compiled_module_keeps_the_mode():
     torch._dynamo.reset()
     torch.manual_seed(2)
