@@ -105,18 +105,20 @@ struct BwdParams {
   int tpr;
   int stages;
   int dx_ctas;  // the one-launch kernel: CTAs [0, dx_ctas) compute dx, the rest dw by columns
-  int from_y;   // 1: x holds y and xhat = y / w (the memory-efficient backward; CPU only)
+  int from_y;   // 1: x holds y and xhat = y (1 / w) (the memory-efficient backward; CPU only)
 };
 
-// The memory-efficient backward's weights (cake_rmsnorm_y_rebuild_range): xhat = y / w holds to
-// one rounding of y's dtype, relative to xhat or to 1 (the row's RMS of xhat), for every column
-// with lo <= |w| <= hi. lo: y's smallest normal (a subnormal y's spacing over 2|w| is then one
-// rounding of y's dtype); hi: |xhat| <= sqrt(hidden), so |xhat w| stays under half y's largest.
+// The memory-efficient backward's weights (cake_rmsnorm_y_rebuild_range): xhat = y (1 / w) holds
+// to one rounding of y's dtype and two of FP32, relative to xhat or to 1 (the row's RMS of
+// xhat), for every column with lo <= |w| <= hi. lo: y's smallest normal (a subnormal y's
+// spacing over 2|w| is then one rounding of y's dtype); hi: |xhat| <= sqrt(hidden), so |xhat w|
+// stays under half y's largest, and at most 2^126, so 1 / w is a normal number.
 struct YRange {
   float lo, hi;
 };
 inline YRange y_rebuild_range(float y_min_normal, float y_max, int64_t hidden) {
-  return {y_min_normal, static_cast<float>(static_cast<double>(y_max) / (2.0 * __builtin_sqrt(static_cast<double>(hidden))))};
+  const double hi = static_cast<double>(y_max) / (2.0 * __builtin_sqrt(static_cast<double>(hidden)));
+  return {y_min_normal, static_cast<float>(hi < 0x1p126 ? hi : 0x1p126)};
 }
 
 // Dynamic shared memory of the forward: the cp.async ring of x (and residual) vectors.

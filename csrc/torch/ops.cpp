@@ -38,7 +38,7 @@ STABLE_TORCH_LIBRARY(cake_rmsnorm, m) {
   m.def(
       "bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, "
       "Tensor(a!) dx, Tensor(b!)? dw, Tensor(c!)? workspace, int max_ctas=0, bool accumulate=False) -> ()");
-  // The memory-efficient backward: y (the forward's output) read in x's place, xhat = y / w; dx
+  // The memory-efficient backward: y (the forward's output) read in x's place, xhat = y (1 / w); dx
   // in dx_dtype (None: y's; float32 beside a 16-bit y, AMP's stream).
   m.def(
       "bwd_y(Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None, "

@@ -1,5 +1,5 @@
 """The memory-efficient mode's rule: when the forward may save y (the output the next Linear keeps
-anyway) instead of x, the backward rebuilding xhat = y / w.
+anyway) instead of x, the backward rebuilding xhat = y (1 / w).
 
 y rebuilds xhat to one rounding of y's dtype (relative to xhat, or to 1, the row's RMS of xhat)
 for every column whose effective weight (w, or 1 + w) lies in [lo, hi] (the C API's

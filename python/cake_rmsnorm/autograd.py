@@ -47,7 +47,7 @@ def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype=
 
 
 def _backward_from_y(grad_y, y, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype):
-    """backward_core from y: xhat = y / w in the kernels; main_grad takes the FP32 dw in one add
+    """backward_core from y: xhat = y (1 / w) in the kernels; main_grad takes the FP32 dw in one add
     (the rounding the kernels' accumulate makes)."""
     dxd = None if dx_dtype == y.dtype else dx_dtype
     sharded = type(y) is not torch.Tensor and is_dtensor(y)
@@ -87,7 +87,7 @@ class CakeRMSNormFunction(torch.autograd.Function):
     of the add). A weight that needs no gradient costs no dw work. With ``main_grad`` (an FP32
     [H] buffer), dw is added into it in place and no weight gradient is returned. Saves only
     (x or h_new, w, rstd); with ``save_y`` (the memory-efficient mode, where the weight passed
-    the rebuild rule: _memory.py), (y, w, rstd), and the backward rebuilds xhat = y / w.
+    the rebuild rule: _memory.py), (y, w, rstd), and the backward rebuilds xhat = y (1 / w).
     """
 
     @staticmethod
@@ -157,7 +157,7 @@ def cake_rmsnorm(
 
     memory_efficient : bool
         Save y (the output, which the next Linear keeps anyway) instead of x or h_new, and rebuild
-        xhat = y / w in the backward, where every column of w lies in the rebuild range (else x is
+        xhat = y (1 / w) in the backward, where every column of w lies in the rebuild range (else x is
         saved after all: no biased gradient; docs/python_api.md#memory-efficient). Checking w
         reads it on the host once a version of the tensor. The CPU path's kernels; under
         torch.compile this functional form saves x (the module form, ``RMSNorm``, keeps the mode).

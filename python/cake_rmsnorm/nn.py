@@ -71,7 +71,7 @@ class RMSNorm(nn.RMSNorm):
         leaves ``weight.grad`` alone (Megatron-style gradient buffers).
     memory_efficient : bool, keyword-only
         Save y (which the next Linear keeps anyway) instead of x for the backward, which rebuilds
-        xhat = y / w; where a column of the weight lies outside the rebuild range, x is saved
+        xhat = y (1 / w); where a column of the weight lies outside the rebuild range, x is saved
         after all (docs/python_api.md#memory-efficient says the rule and what it costs).
 
     Inputs the kernels do not take (a width that is not a multiple of 8, FP64 or another dtype,

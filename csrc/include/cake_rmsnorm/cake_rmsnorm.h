@@ -100,8 +100,8 @@ typedef struct {
   int g_dtype_set;      /* 1: g is of g_dtype; 0: of x_dtype (dx and g_residual are x_dtype) */
   cake_dtype_t g_dtype; /* with FP32 x: BF16, FP16 or FP32 (y's dtype); with 16-bit x: x_dtype */
   /* The backward from the output (memory-efficient mode): x NULL and y the forward's output (of
-     g's dtype), each xhat rebuilt as y / w (IEEE division) where the standard backward takes
-     x * rstd; x_dtype stays the input's (dx's) dtype. Exact only for a weight whose every
+     g's dtype), each xhat rebuilt as y * (1 / w) (one IEEE division a column) where the standard
+     backward takes x * rstd; x_dtype stays the input's (dx's) dtype. Exact only for a weight whose every
      column lies in cake_rmsnorm_y_rebuild_range (the caller's rule: docs/python_api.md). */
   const void* y;
   int64_t y_row_stride;
@@ -164,9 +164,10 @@ CAKE_API cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const floa
  * serves every call of that width with rows <= R, and every call at all once
  * R >= cake_rmsnorm_backward_saturating_rows(hidden). */
 CAKE_API size_t cake_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t hidden);
-/* The weights from which y (of y_dtype, rows of `hidden`) rebuilds xhat = y / w to within one
-   rounding of y_dtype, relative to xhat or to 1 (the row's RMS of xhat), whichever is larger:
-   every column with lo <= |w| <= hi (a zero, tiny, huge or non-finite weight falls outside).
+/* The weights from which y (of y_dtype, rows of `hidden`) rebuilds xhat = y * (1 / w) to within
+   one rounding of y_dtype and two of FP32, relative to xhat or to 1 (the row's RMS of xhat),
+   whichever is larger: every column with lo <= |w| <= hi (a zero, tiny, huge or non-finite
+   weight falls outside; hi is at most 2^126, so 1 / w stays normal).
    CAKE_ERR_INVALID_ARGUMENT for another dtype or hidden < 1. */
 CAKE_API cake_status_t cake_rmsnorm_y_rebuild_range(cake_dtype_t y_dtype, int64_t hidden, float* lo, float* hi);
 CAKE_API int64_t cake_rmsnorm_backward_saturating_rows(int64_t hidden);

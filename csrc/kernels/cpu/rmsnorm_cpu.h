@@ -166,14 +166,15 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
   const int nvec = order.fp32 ? H / 4 : H / 8;
   std::vector<float> gf(H), xh(H), gw(H), dv(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
   RowSum row_sum;
-  // The backward from y divides by w where w lies in y_rebuild_range and by NaN elsewhere, so a
+  // The backward from y multiplies y by 1 / w (one IEEE division a column: the GPU kernels' cost
+  // stays a product an element) where w lies in y_rebuild_range, and by NaN elsewhere, so a
   // weight y cannot rebuild xhat from makes dx and dw NaN (loud), never a biased gradient; the
-  // Python layer saves x instead for such a weight (docs/python_api.md#memory-efficient).
-  std::vector<float> yw;
+  // Python layer saves x instead for such a weight (docs/python_api.md#memory-efficient-mode).
+  std::vector<float> inv_w;
   if (p.from_y) {
     const YRange r = y_rebuild_range(TG::kMinNormal, TG::kMax, H);
-    yw.resize(H);
-    for (int i = 0; i < H; ++i) yw[i] = std::fabs(wf[i]) >= r.lo && std::fabs(wf[i]) <= r.hi ? wf[i] : NAN;
+    inv_w.resize(H);
+    for (int i = 0; i < H; ++i) inv_w[i] = std::fabs(wf[i]) >= r.lo && std::fabs(wf[i]) <= r.hi ? 1.f / wf[i] : NAN;
   }
   for (int c = c0; c < c1; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
@@ -187,14 +188,14 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
         gf[i] = TG::to_float(g[i]);
         gw[i] = gf[i] * wf[i];
       }
-      if (p.from_y) {  // the memory-efficient backward: xhat = y / w, y of g's type
+      if (p.from_y) {  // the memory-efficient backward: xhat = y (1 / w), y of g's type
         const TG* y = static_cast<const TG*>(p.x) + row * p.x_stride;
-        for (int i = 0; i < H; ++i) xh[i] = TG::to_float(y[i]) / yw[i];
+        for (int i = 0; i < H; ++i) xh[i] = TG::to_float(y[i]) * inv_w[i];
       } else {
         const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
         for (int i = 0; i < H; ++i) xh[i] = T::to_float(x[i]) * rstd;
       }
-      // gwxhat8 / gwxhat4 of every vector, from the products g w and xhat (x rstd, or y / w).
+      // gwxhat8 / gwxhat4 of every vector, from the products g w and xhat (x rstd, or y (1 / w)).
       float* lf = leaves.data();
       leaves_of<kAvx2>(order, gw.data(), xh.data(), nvec, lf, [&](int v) { return dot4(&gw[4 * v], &xh[4 * v]); },
                        [&](int v) { return pairdot8(&gw[8 * v], &xh[8 * v]); });

@@ -110,7 +110,7 @@ inline float squares8(const float* h) {
   return tree(pr, 4);
 }
 // The backward's leaves over the products already rounded, p = g w and q = xhat (x rstd, or
-// y / w in the memory-efficient backward): backward.cuh's gwxhat_sum (each pair one FMA, then
+// y (1 / w) in the memory-efficient backward): backward.cuh's gwxhat_sum (each pair one FMA, then
 // (p0 + p1) + (p2 + p3)) and fp32_rows.cuh's sum4 of rounded products.
 inline float pairdot8(const float* p, const float* q) {
   float pr[4];
