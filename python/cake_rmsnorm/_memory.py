@@ -1,9 +1,10 @@
 """The memory-efficient mode's rule: when the forward may save y (the output the next Linear keeps
 anyway) instead of x, the backward rebuilding xhat = y (1 / w).
 
-y rebuilds xhat to one rounding of y's dtype (relative to xhat, or to 1, the row's RMS of xhat)
-for every column whose effective weight (w, or 1 + w) lies in [lo, hi] (the C API's
-cake_rmsnorm_y_rebuild_range: lo is y's smallest normal, hi half y's largest over sqrt(H)). A
+y rebuilds xhat to one rounding of y's dtype and two of FP32 (relative to xhat, or to 1, the
+row's RMS of xhat) for every column whose effective weight (w, or 1 + w) lies in [lo, hi] (the C
+API's cake_rmsnorm_y_rebuild_range: lo is y's smallest normal, hi half y's largest over sqrt(H),
+at most 2^126). A
 weight with a column outside (zero, tiny, denormal, huge, non-finite) gets x saved after all, so
 the gradient is the standard path's; the kernels divide by NaN there, so no call can return a
 silently biased gradient. Checking a weight reads it on the host: one sync a weight version,
