@@ -8,6 +8,7 @@
 #   STEPS="heldout" scripts/gpu_plan.sh
 #   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
 #   STEPS="build cpu16" scripts/gpu_plan.sh
+#   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -34,4 +35,12 @@ step cpu16 env CUDA_VISIBLE_DEVICES= bash -c "python -m pytest -q -p no:cachepro
   python -m cake_rmsnorm bench --threads 16 --out $LOG_DIR/cpu-default-t16 && \
   python -m cake_rmsnorm bench --ops fwd,bwd --path op --hidden 2048,4096 --tokens 64,256,2048 --threads 16 \
   --out $LOG_DIR/cpu-rows-t16"
+# The memory-efficient mode on CUDA: its GPU tests (the CPU's bits, FP64, the NaN net), the
+# backward from y against from x (kernel time, BENCH widths and the held-out shapes), and the
+# patched Llama/Qwen3 steps' peak memory and time (BF16 and AMP, eager and compiled).
+step me_tests python -m pytest -q -x -p no:cacheprovider tests/test_memory_efficient_gpu.py tests/test_memory_efficient.py
+step me_kernels bash -c "python benchmarks/memory_efficient_kernels.py --out $LOG_DIR/me-kernels && \
+  python benchmarks/memory_efficient_kernels.py --shapes docs/perf/heldout/shapes.json --ops bwd \
+  --out $LOG_DIR/me-kernels-heldout"
+step me_e2e python benchmarks/memory_efficient.py --out "$LOG_DIR/me-e2e"
 exit $status

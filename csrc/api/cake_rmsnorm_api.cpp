@@ -183,9 +183,15 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
 
 namespace {
 
-template <typename Y>
-cake::YRange y_range_of(int64_t hidden) {
-  return cake::y_rebuild_range(Y::kMinNormal, Y::kMax, hidden);
+// The |w| y of `y_dtype` rebuilds xhat from (params.h); false for a dtype with no kernels.
+bool y_range_of(cake_dtype_t y_dtype, int64_t hidden, cake::YRange* r) {
+  using namespace cake::cpu;
+  switch (y_dtype) {
+    case CAKE_DTYPE_BF16: *r = cake::y_rebuild_range(BF16::kMinNormal, BF16::kMax, hidden); return true;
+    case CAKE_DTYPE_FP16: *r = cake::y_rebuild_range(FP16::kMinNormal, FP16::kMax, hidden); return true;
+    case CAKE_DTYPE_FP32: *r = cake::y_rebuild_range(F32::kMinNormal, F32::kMax, hidden); return true;
+    default: return false;
+  }
 }
 
 // The backward of `a`. chunks 0: dw's chunking of (rows, hidden) and, with a dw, its finalize;
@@ -230,6 +236,11 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
   p.x = from_y ? a->y : a->x;
   p.x_stride = from_y ? a->y_row_stride : a->x_row_stride;
   p.from_y = from_y ? 1 : 0;
+  cake::YRange yr{};
+  if (from_y && y_range_of(gd, a->hidden, &yr)) {  // gd passed check_types
+    p.y_lo = yr.lo;
+    p.y_hi = yr.hi;
+  }
   p.w = a->w;
   p.rstd = a->rstd;
   p.gr = a->g_residual; p.gr_stride = a->g_residual_row_stride;
@@ -259,18 +270,17 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
 #if CAKE_WITH_CUDA
   if (a->rows == 0)
     return a->dw != nullptr && !a->accumulate_dw ? cuda_status(cake::zero_bytes(a->dw, dw_bytes, stream)) : CAKE_OK;
-  if (from_y) return CAKE_ERR_UNSUPPORTED;  // the CUDA kernels read x (docs/python_api.md#memory-efficient)
   const cake_dtype_t xd = a->x_dtype;
   if (xd == CAKE_DTYPE_FP32 && !cake::fp32_width_ok(a->hidden)) return CAKE_ERR_UNSUPPORTED;
-  if (!aligned16(a->g) || !aligned16(a->x) || !aligned16(a->w) || !aligned16(a->dx) || !aligned16(a->dw) ||
-      !stride_aligned(a->g_row_stride, gd) || !stride_aligned(a->x_row_stride, xd) ||
+  if (!aligned16(a->g) || !aligned16(p.x) || !aligned16(a->w) || !aligned16(a->dx) || !aligned16(a->dw) ||
+      !stride_aligned(a->g_row_stride, gd) || !stride_aligned(p.x_stride, from_y ? gd : xd) ||
       !stride_aligned(a->dx_row_stride, xd) ||
       (res && (!aligned16(a->g_residual) || !stride_aligned(a->g_residual_row_stride, xd))))
     return CAKE_ERR_MISALIGNED;
   const cake::DeviceFacts facts = cake::current_device_facts();
   if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
   const cake::Call call{res ? cake::Route::kBwdResidual : cake::Route::kBwd, xd, gd, a->w_dtype, p.hidden, p.rows,
-                        p.chunks, a->dw != nullptr, dw16, a->max_ctas};
+                        p.chunks, a->dw != nullptr, dw16, a->max_ctas, cake::kAsX, from_y};
   cake::Launch launch;
   const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
   if (r != cake::Resolved::kOk) return resolve_status(r);
@@ -345,12 +355,7 @@ cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const float* partia
 cake_status_t cake_rmsnorm_y_rebuild_range(cake_dtype_t y_dtype, int64_t hidden, float* lo, float* hi) {
   if (hidden < 1 || lo == nullptr || hi == nullptr) return CAKE_ERR_INVALID_ARGUMENT;
   cake::YRange r;
-  switch (y_dtype) {
-    case CAKE_DTYPE_BF16: r = y_range_of<cake::cpu::BF16>(hidden); break;
-    case CAKE_DTYPE_FP16: r = y_range_of<cake::cpu::FP16>(hidden); break;
-    case CAKE_DTYPE_FP32: r = y_range_of<cake::cpu::F32>(hidden); break;
-    default: return CAKE_ERR_INVALID_ARGUMENT;
-  }
+  if (!y_range_of(y_dtype, hidden, &r)) return CAKE_ERR_INVALID_ARGUMENT;
   *lo = r.lo;
   *hi = r.hi;
   return CAKE_OK;

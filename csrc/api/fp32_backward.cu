@@ -17,27 +17,33 @@ constexpr int code() {
   return std::is_same<T, __nv_bfloat16>::value ? kBf16 : std::is_same<T, __half>::value ? kFp16 : kFp32;
 }
 
-template <typename TG, typename WT, bool RES, int NV>
+template <typename TG, typename WT, bool RES, int NV, bool FY>
 const void* bwd_instance() {
   constexpr KernelKey key{Family::kFp32Bwd, kFp32, code<TG>(), code<WT>(), RES, NV, 0, 1, WLoad::kFirst,
-                          GroupSync::kNamed, false};
-  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_bwd_kernel<TG, WT, RES, NV>);
+                          GroupSync::kNamed, false, kAsX, FY};
+  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_bwd_kernel<TG, WT, RES, NV, FY>);
   return nullptr;
 }
 
-template <typename TG, typename WT, bool RES>
+template <typename TG, typename WT, bool RES, bool FY>
 const void* bwd_res(const KernelKey& k) {
   switch (k.vectors) {
-    case 2: return bwd_instance<TG, WT, RES, 2>();
-    case 4: return bwd_instance<TG, WT, RES, 4>();
-    case 8: return bwd_instance<TG, WT, RES, 8>();
+    case 2: return bwd_instance<TG, WT, RES, 2, FY>();
+    case 4: return bwd_instance<TG, WT, RES, 4, FY>();
+    case 8: return bwd_instance<TG, WT, RES, 8, FY>();
     default: return nullptr;
   }
 }
 
+template <typename TG, typename WT, bool FY>
+const void* bwd_route(const KernelKey& k) {
+  return k.residual ? bwd_res<TG, WT, true, FY>(k) : bwd_res<TG, WT, false, FY>(k);
+}
+
+// The backward from y (FY: the memory-efficient mode) or from x.
 template <typename TG, typename WT>
 const void* bwd_w(const KernelKey& k) {
-  return k.residual ? bwd_res<TG, WT, true>(k) : bwd_res<TG, WT, false>(k);
+  return k.from_y ? bwd_route<TG, WT, true>(k) : bwd_route<TG, WT, false>(k);
 }
 
 template <typename TG>

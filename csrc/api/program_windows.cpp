@@ -56,7 +56,7 @@ void launch_fields(const cake::Call& c, const cake::Launch& l, cake_rmsnorm_plan
                                     static_cast<cake_dtype_t>(k.y), static_cast<cake_dtype_t>(k.w), k.residual,
                                     k.vectors, k.tpr, k.rows, static_cast<int>(k.wload),
                                     k.sync == cake::GroupSync::kWarp, k.pair,
-                                    static_cast<cake_dtype_t>(cake::residual_dtype(k))};
+                                    static_cast<cake_dtype_t>(cake::residual_dtype(k)), k.from_y};
   out->grid = l.grid;
   out->block = l.block;
   out->smem_bytes = static_cast<int64_t>(l.smem);

@@ -21,8 +21,9 @@ constexpr int dtype_code() {
 }
 template <typename T, typename WT, bool RES, int VPT>
 constexpr KernelKey key_of(Family f, int tpr = 0, int rows = 1, WLoad wl = WLoad::kFirst,
-                           GroupSync sync = GroupSync::kNamed, bool pair = false) {
-  return KernelKey{f, dtype_code<T>(), dtype_code<T>(), dtype_code<WT>(), RES, VPT, tpr, rows, wl, sync, pair};
+                           GroupSync sync = GroupSync::kNamed, bool pair = false, bool from_y = false) {
+  return KernelKey{f, dtype_code<T>(), dtype_code<T>(), dtype_code<WT>(), RES, VPT, tpr, rows, wl, sync, pair, kAsX,
+                   from_y};
 }
 template <typename K>
 const void* address(K kernel) {
@@ -87,10 +88,18 @@ const void* forward_kernel_of(const KernelKey& k) {
 
 // ---- backward ---------------------------------------------------------------------------
 
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool FY = false>
 const void* bwd_rows() {
-  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdRows, kTpr, 1, WLoad::kFirst, GroupSync::kNamed, PAIR)))
-    return address(rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, kTpr>);
+  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdRows, kTpr, 1, WLoad::kFirst, GroupSync::kNamed, PAIR, FY)))
+    return address(rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, kTpr, FY>);
+  return nullptr;
+}
+// The backward from y (kernel_key.h: the runtime-width row kernel and its wide CTAs).
+template <typename T, typename WT, bool RES, int VPT>
+const void* bwd_from_y(const KernelKey& k) {
+  if (k.family == Family::kBwdRows) return k.tpr == 0 && !k.pair ? bwd_rows<T, WT, RES, VPT, false, 0, true>() : nullptr;
+  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdWide, 0, 1, WLoad::kFirst, GroupSync::kNamed, false, true)))
+    if (k.family == Family::kBwdWide) return address(rmsnorm_bwd_wide_kernel<T, WT, RES, true>);
   return nullptr;
 }
 template <typename T, typename WT, bool RES, int VPT, int kTpr>
@@ -107,6 +116,7 @@ const void* bwd_warp_chunks() {
 }
 template <typename T, typename WT, bool RES, int VPT>
 const void* bwd_route(const KernelKey& k) {
+  if (k.from_y) return bwd_from_y<T, WT, RES, VPT>(k);
   switch (k.family) {
     case Family::kBwdRows:
       if (k.tpr == 32) return k.pair ? bwd_rows<T, WT, RES, VPT, true, 32>() : bwd_rows<T, WT, RES, VPT, false, 32>();

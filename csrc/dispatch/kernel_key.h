@@ -32,11 +32,12 @@ struct KernelKey {
   GroupSync sync;
   bool pair;    // the backward's row pairs
   int r = kAsX; // the residual's dtype where not x's: a 16-bit branch added to the FP32 stream
+  bool from_y = false;  // the backward from y (memory-efficient mode): xhat = y (1 / w)
 };
 constexpr bool operator==(const KernelKey& a, const KernelKey& b) {
   return a.family == b.family && a.x == b.x && a.y == b.y && a.w == b.w && a.residual == b.residual &&
          a.vectors == b.vectors && a.tpr == b.tpr && a.rows == b.rows && a.wload == b.wload && a.sync == b.sync &&
-         a.pair == b.pair && a.r == b.r;
+         a.pair == b.pair && a.r == b.r && a.from_y == b.from_y;
 }
 constexpr int residual_dtype(const KernelKey& k) { return k.r == kAsX ? k.x : k.r; }
 
@@ -84,6 +85,11 @@ constexpr bool compiled(const KernelKey& k) {
   // its dtype or FP32.
   if (k.r != kAsX && (k.family != Family::kFp32Fwd || !k.residual || !dtype16(k.r) || (k.y != k.r && k.y != kFp32) ||
                       (k.w != k.r && k.w != kFp32)))
+    return false;
+  // The backward from y only in the row kernel at runtime widths (no pairs), its wide CTAs and the
+  // FP32 backward: the plan sends every such call there (plan.h), keeping the instance count small.
+  if (k.from_y && !((k.family == Family::kBwdRows && k.tpr == 0 && !k.pair) || k.family == Family::kBwdWide ||
+                    k.family == Family::kFp32Bwd))
     return false;
   switch (k.family) {
     case Family::kFwdRing:

@@ -192,6 +192,7 @@ struct BwdCall {
   bool want_dw;
   bool dw_in_w_dtype;
   int max_ctas;
+  bool from_y = false;  // the backward from y: the row kernel only (kernel_key.h, compiled)
 };
 struct BwdPlan {
   Program program;    // what the grid runs: the table's, its pair twin or the one launch's; its
@@ -209,7 +210,7 @@ struct BwdPlan {
 };
 
 constexpr KernelKey backward_key(Family f, const BwdCall& c, int vectors) {
-  return KernelKey{f, c.x, c.x, c.w, c.residual, vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false};
+  return KernelKey{f, c.x, c.x, c.w, c.residual, vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false, kAsX, c.from_y};
 }
 // The backward's row kernel for a program (or its pair twin): the exact group's instance where
 // the plan says so, the wide rows' CTAs at VPT 4 past kMaxBwdThreads.
@@ -229,14 +230,16 @@ constexpr KernelKey rows_key(const BwdCall& c, const Program& p, bool constant_w
 // persistent grid of every CTA the device keeps resident (its SM count, the instance's
 // residency), then the finalize. Nothing here
 // moves a bit: the chunks (and so dw's order) are the call's, the row group the table's.
+// The backward from y runs the table's program in the runtime-width row kernel (no one launch,
+// warp chunks, pairs or exact groups: the same bits, fewer instances).
 constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d) {
   BwdPlan b{};
   b.program = table;
   const int64_t q = c.chunks > 0 ? c.rows / c.chunks : 0;
   const int rem = c.chunks > 0 ? static_cast<int>(c.rows % c.chunks) : 0;
   const int64_t sms = c.want_dw ? d.sms : 0;  // the finalize's shape reads it
-  if (!pair_candidate(table, q, rem, &b.pair_twin)) b.pair_twin = Program{};
-  const int one_launch_limit = c.want_dw && c.max_ctas == 0 ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
+  if (c.from_y || !pair_candidate(table, q, rem, &b.pair_twin)) b.pair_twin = Program{};
+  const int one_launch_limit = c.want_dw && c.max_ctas == 0 && !c.from_y ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
   if (one_launch_fits(c.rows, c.chunks, one_launch_limit)) {  // dx by rows, then dw by columns: no partials
     b.program.stages = 1;  // a group's one row: nothing to prefetch
     b.constant_width = backward_exact(b.program, c.hidden, false);
@@ -253,7 +256,7 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
   b.finalize = c.want_dw;
   b.fin = FinalizeKey{fs.cols, fs.lanes, c.dw_in_w_dtype && c.w != kFp32 ? c.w : kFp32};
   b.fin_grid = ceil_div(c.hidden, fs.cols);
-  if (warp_chunks_fit(table, c.hidden, q, lim.warp_chunk_rows)) {  // a warp a chunk, its groups a row each
+  if (!c.from_y && warp_chunks_fit(table, c.hidden, q, lim.warp_chunk_rows)) {  // a warp a chunk, its groups a row each
     b.warp_chunks = true;
     b.program.cta = lim.warp_chunks_cta;
     KernelKey k = backward_key(Family::kBwdWarpChunks, c, table.vpt);
@@ -273,7 +276,7 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
       b.pair = true;
     }
   }
-  b.constant_width = backward_exact(b.program, c.hidden, b.pair);
+  b.constant_width = !c.from_y && backward_exact(b.program, c.hidden, b.pair);
   b.key = rows_key(c, b.program, b.constant_width, b.pair);
   const int units = b.program.cta / b.program.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
   const int64_t wanted = ceil_div(c.chunks, units);

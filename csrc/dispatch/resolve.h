@@ -43,6 +43,7 @@ struct Call {
   bool dw_in_w_dtype;
   int max_ctas;
   int r = kAsX;  // the forward's residual dtype where not x's (FP32 x, a 16-bit branch)
+  bool from_y = false;  // the backward from y (the memory-efficient mode)
 };
 
 // kGridTooLarge: a streaming grid past 2^31 - 1 CTAs (the launch would refuse it).
@@ -100,7 +101,7 @@ inline Resolved forward16(const Call& c, const Program& table, const ArchTable& 
 inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d,
                            Launch* l) {
   const BwdCall call{c.x, c.w, has_residual(c.route), c.hidden, c.rows, c.chunks, c.finalize_dw, c.dw_in_w_dtype,
-                     c.max_ctas};
+                     c.max_ctas, c.from_y};
   const BwdPlan b = plan_backward(call, table, lim, d);
   l->key = b.key;
   l->program = b.program;
@@ -127,6 +128,7 @@ inline Resolved fp32(const Call& c, const ArchTable& t, const DeviceFacts& d, La
               GroupSync::kNamed, false};
   if (f.late_w) k.wload = WLoad::kAtUse;
   if (fwd && res && c.r != kFp32) k.r = c.r;
+  k.from_y = !fwd && c.from_y;
   l->key = k;
   l->program = Program{f.tpr, f.cta, f.nv, 0, f.stages};
   l->block = f.cta;

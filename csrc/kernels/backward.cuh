@@ -1,5 +1,5 @@
-// RMSNorm backward: dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x*rstd,
-// and FP32 per-chunk dw partials; dw_finalize sums them in chunk order. Torch-free.
+// RMSNorm backward: dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x*rstd
+// (or y (1 / w), the backward from y), and FP32 per-chunk dw partials; dw_finalize sums them in chunk order. Torch-free.
 #pragma once
 
 #include <type_traits>
@@ -31,6 +31,28 @@ __device__ __forceinline__ float gwxhat_sum(const float (&g)[kVec], const float 
     pr[i] = __fmaf_rn(__fmul_rn(g[a], w[a]), __fmul_rn(x[a], rstd), gwxhat(g[b], w[b], x[b], rstd));
   }
   return tree_sum(pr);
+}
+// The backward from y (FY): xhat = y (1 / w), 1 / w a column's (params.h, inv_weight), then
+// Tree<8>'s sum as gwxhat_sum's, each leaf pair one FMA: the CPU path's pairdot8 over g w and xhat.
+__device__ __forceinline__ float gwxhat_sum_y(const float (&g)[kVec], const float (&w)[kVec], const float (&y)[kVec],
+                                              const float (&iw)[kVec]) {
+  float pr[kVec / 2];
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) {
+    const int a = 2 * i, b = 2 * i + 1;
+    pr[i] = __fmaf_rn(__fmul_rn(g[a], w[a]), __fmul_rn(y[a], iw[a]), __fmul_rn(__fmul_rn(g[b], w[b]), __fmul_rn(y[b], iw[b])));
+  }
+  return tree_sum(pr);
+}
+// 1 / w of eight columns (FY), NaN where y cannot rebuild xhat.
+__device__ __forceinline__ void inv_weights(const float (&w)[kVec], const BwdParams& p, float (&iw)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) iw[j] = inv_weight(w[j], p.y_lo, p.y_hi);
+}
+// xhat of one element: x rstd, or (FY) y (1 / w).
+template <bool FY>
+__device__ __forceinline__ float xhat_of(float x, float rstd, float iw) {
+  return FY ? __fmul_rn(x, iw) : __fmul_rn(x, rstd);
 }
 __device__ __forceinline__ float dx_value(float g, float w, float xhat, float mean, float rstd) {
   return __fmul_rn(rstd, __fmaf_rn(-mean, xhat, __fmul_rn(g, w)));
@@ -122,9 +144,11 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 
 // The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
 // the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
-// writes dw (one_row_dw).
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw>
+// writes dw (one_row_dw). FY: p.x holds y, and xhat = y (1 / w), 1 / w of the thread's columns
+// taken once a CTA (the memory-efficient backward; runtime widths, no pairs: kernel_key.h).
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool FY = false>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
+  static_assert(!FY || (!PAIR && kTpr == 0 && kDw), "the backward from y: the row kernel at runtime widths");
   constexpr bool kExact = kTpr > 0;
   constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
   constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
@@ -148,6 +172,18 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
 
   WVec<WT> wv[VPT];
   load_weights(wv, p.w, lane, tpr, nvec);
+  float iw[FY ? VPT : 1][kVec];  // FY: 1 / w of this thread's columns; 0 past the row (zeros there)
+  if constexpr (FY) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      float wf[kVec];
+      wv[k].template get_here<kBits>(wf);
+      inv_weights(wf, p, iw[k]);
+      if (lane + k * tpr >= nvec)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) iw[k][j] = 0.f;
+    }
+  }
 
   // PAIR: unit = the pair, whose two groups meet on named barrier pair_bar (past group_sum's).
   const int unit = PAIR ? group >> 1 : group, units = PAIR ? rpc >> 1 : rpc;
@@ -211,7 +247,10 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T, kBits>(lds16(src + k * kstep), gf);
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
         wv[k].template get_here<kBits>(wf);
-        part[k] = gwxhat_sum(gf, wf, xf, rstd);
+        if constexpr (FY)
+          part[k] = gwxhat_sum_y(gf, wf, xf, iw[k]);
+        else
+          part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
       float dot = tree_sum(part);
 #pragma unroll 1
@@ -222,7 +261,13 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
         w2.get_here(wf);
-        dot += gwxhat_sum(gf, wf, xf, rstd);
+        if constexpr (FY) {
+          float iw2[kVec];
+          inv_weights(wf, p, iw2);
+          dot += gwxhat_sum_y(gf, wf, xf, iw2);
+        } else {
+          dot += gwxhat_sum(gf, wf, xf, rstd);
+        }
       }
       dot = group_sum<kSync>(dot, rg, gs);
       const float mean = kExact ? row_mean(dot, hidden) : __fdiv_rn(dot, static_cast<float>(p.hidden));
@@ -240,7 +285,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float xhat = __fmul_rn(xf[j], rstd);
+          const float xhat = xhat_of<FY>(xf[j], rstd, FY ? iw[FY ? k : 0][j] : 0.f);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);
@@ -267,10 +312,12 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         w2.load(p.w, v * kVec, true);
         w2.get_here(wf);
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
+        float iw2[kVec];
+        if constexpr (FY) inv_weights(wf, p, iw2);
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float xhat = __fmul_rn(xf[j], rstd);
+          const float xhat = xhat_of<FY>(xf[j], rstd, FY ? iw2[j] : 0.f);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);  // one_row_dw's product: stored by a one-row call only
@@ -316,17 +363,25 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
     // read a second time; only rows wider than VPT * tpr vectors get here).
 #pragma unroll 1
     for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
-      float a[kVec], e[kVec];
+      float a[kVec], e[kVec], iw2[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;
+      if constexpr (FY) {
+        float wf[kVec];
+        WVec<WT> w2;
+        w2.load(p.w, v * kVec, true);
+        w2.get_here(wf);
+        inv_weights(wf, p, iw2);
+      }
 #pragma unroll 1
       for (int64_t row = cbegin; row < cend; ++row) {  // PAIR: the low group sweeps both rows
         float gf[kVec], xf[kVec];
-        const float rstd = p.rstd[row];
+        const float rstd = FY ? 0.f : p.rstd[row];
         unpack8<T>(load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec), gf);
         unpack8<T>(load16(static_cast<const T*>(p.x) + row * p.x_stride + v * kVec), xf);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) kahan_add_hot(a[j], e[j], __fmul_rn(gf[j], __fmul_rn(xf[j], rstd)));
+        for (int j = 0; j < kVec; ++j)
+          kahan_add_hot(a[j], e[j], __fmul_rn(gf[j], xhat_of<FY>(xf[j], rstd, FY ? iw2[j] : 0.f)));
       }
 #pragma unroll
       for (int j = 0; j < kVec; ++j) part[v * kVec + j] = __fsub_rn(a[j], e[j]);
@@ -335,19 +390,19 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   cp_async_wait<0>();  // no copy outlives the CTA
 }
 
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0, bool FY = false>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
-  bwd_rows<T, WT, RES, VPT, PAIR, kTpr, true>(p, blockIdx.x, gridDim.x);
+  bwd_rows<T, WT, RES, VPT, PAIR, kTpr, true, FY>(p, blockIdx.x, gridDim.x);
 }
 
 // The wide rows' instance (params.h, kMaxBwdWideThreads): CTAs of up to 512 threads, VPT 4,
 // the same body. A 512-thread group holds rows up to 16384 elements in its ring, where a
 // 256-thread group read the columns past 8192 directly, twice, and swept them again for dw.
-template <typename T, typename WT, bool RES>
+template <typename T, typename WT, bool RES, bool FY = false>
 __global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_wide_kernel(const BwdParams p) {
   pdl_launch_dependents();
-  bwd_rows<T, WT, RES, 4, false, 0, true>(p, blockIdx.x, gridDim.x);
+  bwd_rows<T, WT, RES, 4, false, 0, true, FY>(p, blockIdx.x, gridDim.x);
 }
 
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,

@@ -164,10 +164,18 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_fwd_kernel(FwdParams p) {
   }
 }
 
+// 1 / w of four columns (the backward from y; params.h, inv_weight), 0 past the row.
+__device__ __forceinline__ float4 inv4(float4 w, const BwdParams& p, bool in_row) {
+  if (!in_row) return make_float4(0.f, 0.f, 0.f, 0.f);
+  return make_float4(inv_weight(w.x, p.y_lo, p.y_hi), inv_weight(w.y, p.y_lo, p.y_hi), inv_weight(w.z, p.y_lo, p.y_hi),
+                     inv_weight(w.w, p.y_lo, p.y_hi));
+}
+
 // One row group a chunk (chunk c = group index), its rows in order: dx, and the chunk's
 // Kahan-compensated dw partial of each of the thread's columns. TG: the dtype of g (y's).
-// p.stages rows of the chunk in the ring (1 or 2).
-template <typename TG, typename WT, bool RES, int NV>
+// p.stages rows of the chunk in the ring (1 or 2). FY: the backward from y (p.x holds y, of
+// g's dtype, in x's ring slots), xhat = y (1 / w), 1 / w held with w (or taken at each use).
+template <typename TG, typename WT, bool RES, int NV, bool FY = false>
 __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
   extern __shared__ uint4 fp32_ring[];
   __shared__ float scratch[32];
@@ -186,13 +194,14 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
   const uint32_t grs = smem_addr(fp32_ring) + uint32_t(stages) * NV * cta * (16 + 4 * sizeof(TG)) + threadIdx.x * 16;
   const uint32_t rs =
       smem_addr(fp32_ring) + uint32_t(stages) * NV * cta * (16 + 4 * sizeof(TG) + (RES ? 16 : 0)) + threadIdx.x * 4;
-  float4 wv[kHoldW ? NV : 1], acc[NV], comp[NV];
+  float4 wv[kHoldW ? NV : 1], iwv[kHoldW && FY ? NV : 1], acc[NV], comp[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     acc[k] = comp[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     if constexpr (kHoldW) {
       const int v = lane + k * tpr;
       wv[k] = v < nvec ? load4(w + 4 * v) : acc[k];
+      if constexpr (FY) iwv[k] = inv4(wv[k], p, v < nvec);
     }
   }
   const int64_t begin = valid ? chunk_begin(c, p) : 0, end = valid ? chunk_begin(c + 1, p) : 0;
@@ -204,6 +213,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
     const int64_t at = live ? row : 0;
     const TG* g = static_cast<const TG*>(p.g) + at * p.g_stride;
     const float* x = static_cast<const float*>(p.x) + at * p.x_stride;
+    const TG* y = static_cast<const TG*>(p.x) + at * p.x_stride;  // FY
     const float* gr = RES ? static_cast<const float*>(p.gr) + at * p.gr_stride : nullptr;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -211,7 +221,10 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
       const bool ok = live && v < nvec;
       const int off = ok ? 4 * v : 0;
       const uint32_t s = uint32_t(slot * NV + k) * cta;
-      cp_async16(xs + s * 16, x + off, ok);
+      if constexpr (FY)
+        cp_async_vec4(xs + s * 16, y + off, ok);
+      else
+        cp_async16(xs + s * 16, x + off, ok);
       cp_async_vec4(gs + s * 4 * sizeof(TG), g + off, ok);
       if (RES) cp_async16(grs + s * 16, gr + off, ok);
     }
@@ -241,9 +254,10 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
     for (int k = 0; k < NV; ++k) {
       const uint32_t s = uint32_t(slot * NV + k) * cta;
       gv[k] = lds_vec4<TG>(gs + s * 4 * sizeof(TG));
-      xh[k] = scale4(lds_vec4<float>(xs + s * 16), rstd);
+      if constexpr (!FY) xh[k] = scale4(lds_vec4<float>(xs + s * 16), rstd);
       const int v = lane + k * tpr;
       const float4 wk = kHoldW ? wv[k] : (v < nvec ? load4(w + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f));
+      if constexpr (FY) xh[k] = mul4(lds_vec4<TG>(xs + s * 16), kHoldW ? iwv[k] : inv4(wk, p, v < nvec));
       dot = __fadd_rn(dot, sum4(mul4(mul4(gv[k], wk), xh[k])));
     }
     dot = fp32_group_sum(dot, tpr, scratch);

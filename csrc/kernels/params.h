@@ -105,7 +105,8 @@ struct BwdParams {
   int tpr;
   int stages;
   int dx_ctas;  // the one-launch kernel: CTAs [0, dx_ctas) compute dx, the rest dw by columns
-  int from_y;   // 1: x holds y and xhat = y (1 / w) (the memory-efficient backward; CPU only)
+  int from_y;   // 1: x holds y (g's type) and xhat = y (1 / w) (the memory-efficient backward)
+  float y_lo, y_hi;  // from_y: the |w| y rebuilds xhat from (y_rebuild_range); 1 / w is NaN outside
 };
 
 // The memory-efficient backward's weights (cake_rmsnorm_y_rebuild_range): xhat = y (1 / w) holds
@@ -116,6 +117,13 @@ struct BwdParams {
 struct YRange {
   float lo, hi;
 };
+// 1 / w, one IEEE division, where lo <= |w| <= hi; NaN elsewhere (and for a NaN w), so a weight y
+// cannot rebuild xhat from makes dx and dw NaN, never a biased gradient. The CPU and CUDA
+// kernels' one definition.
+CAKE_HD inline float inv_weight(float w, float lo, float hi) {
+  const float a = w < 0.f ? -w : w;
+  return a >= lo && a <= hi ? 1.f / w : __builtin_nanf("");
+}
 inline YRange y_rebuild_range(float y_min_normal, float y_max, int64_t hidden) {
   const double hi = static_cast<double>(y_max) / (2.0 * __builtin_sqrt(static_cast<double>(hidden)));
   return {y_min_normal, static_cast<float>(hi < 0x1p126 ? hi : 0x1p126)};

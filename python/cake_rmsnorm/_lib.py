@@ -106,7 +106,7 @@ _c.cake_rmsnorm_program_windows_sms.argtypes = [
 class _Kernel(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in ("family", "x_dtype", "y_dtype", "w_dtype", "residual", "vectors",
                                                   "tpr", "rows", "w_load", "warp_sync", "pair",
-                                                  "residual_dtype")]
+                                                  "residual_dtype", "from_y")]
 
 
 class _Plan(ctypes.Structure):
@@ -239,6 +239,8 @@ def _launch(out):
          "grid": out.grid, "block": out.block, "smem_bytes": out.smem_bytes}
     if k.residual and k.residual_dtype != k.x_dtype:  # a 16-bit branch beside FP32 x
         d["instance"]["residual_dtype"] = _DTYPE_NAMES[k.residual_dtype]
+    if k.from_y:  # the backward from y (the memory-efficient mode)
+        d["instance"]["from_y"] = True
     if out.finalize:
         d["finalize"] = {"grid": out.finalize_grid, "block": out.finalize_cols * out.finalize_lanes}
     if out.one_launch:

@@ -12,7 +12,6 @@ remembered per tensor, so a training step pays it once a norm, after the optimiz
 """
 
 import ctypes
-import warnings
 import weakref
 
 import torch
@@ -51,7 +50,9 @@ def _check(w, y_dtype, hidden):
 
 # A verdict is remembered on the tensor it was taken for (an attribute: no weak-reference
 # lookup a call), stamped with the tensor's version and storage, the call's y dtype, width and
-# transform, and the epoch, which refresh() advances to forget them all.
+# transform, and the epoch, which refresh() advances to forget them all. refresh() leaves its
+# own True verdicts with no y dtype (FP16's range, inside every other), so after an optimizer
+# step the eager calls of a tracked module need no host sync of their own.
 _EPOCH = [0]
 _ATTR = "_cake_rmsnorm_y_verdict"
 
@@ -64,30 +65,17 @@ def saves_y(w, y_dtype, hidden, source=None, transform=None):
     seen after the next optimizer step, which forgets every verdict (refresh)."""
     if y_dtype not in _DTYPE:
         return False  # no kernels for it: refused by the checks with the documented error
-    if w.is_cuda:
-        _say_no_cuda()
-        return False
     key = source if source is not None else w
     local = getattr(key, "_local_tensor", key)
     stamp = (key._version, local.data_ptr(), y_dtype, hidden, transform, _EPOCH[0])
     seen = key.__dict__.get(_ATTR)
-    if seen is not None and seen[0] == stamp:
+    if seen is not None and (seen[0] == stamp or (seen[1] and seen[0] == stamp[:2] + (None,) + stamp[3:])):
         return seen[1]
     if type(w) is not torch.Tensor and is_dtensor(w):  # a replicated weight's local copy is all of it
         w = w.to_local() if all(p.is_replicate() for p in w.placements) else w.full_tensor()
     verdict = _check(w, y_dtype, hidden)
     key.__dict__[_ATTR] = (stamp, verdict)
     return verdict
-
-
-_SAID_CUDA = []
-
-
-def _say_no_cuda():
-    if not _SAID_CUDA:
-        _SAID_CUDA.append(True)
-        warnings.warn("cake_rmsnorm memory_efficient: this version's CUDA backward reads x, so CUDA calls save x "
-                      "(the backward from y runs on the CPU path); gradients are the standard path's", stacklevel=4)
 
 
 def why_saves_x(w, y_dtype):
@@ -121,8 +109,8 @@ def track(module):
 
 def refresh(modules):
     """Each module's verdict for the narrowest range (FP16 y: right for every y dtype), one host
-    sync for all; a module with no weight keeps True (its unit weight), a meta or CUDA weight None
-    (CUDA calls save x in this version). Every remembered eager verdict is forgotten first, so a
+    sync for all; a module with no weight keeps True (its unit weight), a meta weight None. Every
+    remembered eager verdict is forgotten first, so a
     write no version counter saw is caught by the next call after an optimizer step."""
     _EPOCH[0] += 1
     checks, owners = [], []
@@ -131,7 +119,7 @@ def refresh(modules):
         if w is None:
             m._y_ok = True
             continue
-        if w.is_meta or w.is_cuda:
+        if w.is_meta:
             m._y_ok = None
             continue
         a = effective(m).float().abs()
@@ -148,3 +136,8 @@ def refresh(modules):
         verdicts = torch.stack(checks).tolist() if one_device else [bool(c) for c in checks]
         for m, ok in zip(owners, verdicts):
             m._y_ok = bool(ok)
+            if ok:  # every y dtype's verdict for the eager calls (saves_y)
+                w = m.weight
+                local = getattr(w, "_local_tensor", w)
+                transform = "1+w" if getattr(m, "zero_centered", False) else None
+                w.__dict__[_ATTR] = ((w._version, local.data_ptr(), None, w.numel(), transform, _EPOCH[0]), True)

@@ -54,7 +54,7 @@ def _backward_from_y(grad_y, y, w, rstd, g_res, main_grad, w_needs_grad, dx_dtyp
     if main_grad is not None or w_needs_grad:
         if sharded:
             dx, dw = _sharded_backward(grad_y, y, w, rstd, g_res, torch.float32 if main_grad is not None else None,
-                                       dxd)
+                                       from_y=True, dx_dtype=dxd)
         else:
             dx, dw = _bwd_y(grad_y, y, w, rstd, g_res, dxd, main_grad is None)
         if main_grad is None:
@@ -64,15 +64,15 @@ def _backward_from_y(grad_y, y, w, rstd, g_res, main_grad, w_needs_grad, dx_dtyp
     return _bwd_y_dx(grad_y, y, w, rstd, g_res, dxd), None
 
 
-def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, dx_dtype=False):
+def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, from_y=False, dx_dtype=None):
     """DTensor rows: each rank's dw is a Partial FP32 sum; DTensor reduces it in FP32, and the
-    cast to w's dtype (or ``dtype``) comes once, after the reduction. ``dx_dtype`` other than
-    False: xs is y (the backward from the output)."""
+    cast to w's dtype (or ``dtype``) comes once, after the reduction. ``from_y``: xs is y (the
+    backward from the output), dx in ``dx_dtype`` (None: y's)."""
     from torch.distributed.tensor import Replicate
-    if dx_dtype is False:
-        dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
-    else:
+    if from_y:
         dx, dw = _bwd_y(grad_y, xs, w, rstd, g_res, dx_dtype, False)
+    else:
+        dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
     dw = dw.redistribute(dw.device_mesh, [Replicate() if p.is_partial() else p for p in dw.placements])
     return dx, dw.to(dtype or w.dtype)
 
@@ -190,7 +190,7 @@ def cake_rmsnorm(
         C.check_bool(memory_efficient, "memory_efficient")
         if memory_efficient and not torch.compiler.is_compiling():
             save_y = y_rebuilds(x, w, residual, out_dtype)
-            if not save_y and torch.is_grad_enabled() and isinstance(w, torch.Tensor) and not w.is_cuda \
+            if not save_y and torch.is_grad_enabled() and isinstance(w, torch.Tensor) \
                     and isinstance(x, torch.Tensor) and y_dtype_of(x, residual, out_dtype) in C.ACT_DTYPES:
                 warnings.warn("cake_rmsnorm(memory_efficient=True) saves x, not y: w has columns outside the range "
                               "y rebuilds x from (docs/python_api.md#memory-efficient-mode)", stacklevel=2)

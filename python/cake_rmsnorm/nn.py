@@ -236,7 +236,7 @@ class RMSNorm(nn.RMSNorm):
         """The fused kernels; on a GPU the library has no kernels for (an older architecture, a
         CPU-only build), torch's formula with one warning a device."""
         if torch.compiler.is_compiling():  # the verdict as last taken outside the graph (_memory.track)
-            save_y = self.memory_efficient and self._y_ok is True and not x.is_cuda  # CUDA: x (_memory.py)
+            save_y = self.memory_efficient and self._y_ok is True
             return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
         save_y = self.memory_efficient and torch.is_grad_enabled() and self._saves_y(x, w, residual, out_dtype)
         try:
@@ -261,8 +261,8 @@ class RMSNorm(nn.RMSNorm):
         else:
             ok = y_rebuilds(x, w, residual, out_dtype, self._parameters.get("weight"),
                             "1+w" if self.zero_centered else None)
-        if ok or x.is_cuda:  # CUDA: said once by _memory (this version's CUDA backward reads x)
-            if ok and self.__dict__.get("_said_saves_x"):
+        if ok:
+            if self.__dict__.get("_said_saves_x"):
                 self.__dict__["_said_saves_x"] = False
             return ok
         if self._y_ok is not False:

@@ -144,12 +144,12 @@ int main(void) {
 
   /* The backward from y (memory-efficient): x NULL, y given, for a weight inside the rebuild
      range; dx within the same bound, dw within one BF16 rounding (the information y keeps). */
+  uint16_t* dx2 = malloc(2 * n);
+  float* dw2 = malloc(4 * H);
   {
     float lo = 0, hi = 0;
     st = cake_rmsnorm_y_rebuild_range(CAKE_DTYPE_BF16, H, &lo, &hi);
     if (st != CAKE_OK || lo != 0x1p-126f || !(hi > 1e36f)) return fail("y_rebuild_range", st);
-    uint16_t* dx2 = malloc(2 * n);
-    float* dw2 = malloc(4 * H);
     cake_rmsnorm_bwd_args a;
     memset(&a, 0, sizeof a);
     a.device = CAKE_DEVICE_CPU;
@@ -181,8 +181,6 @@ int main(void) {
     e2 = sqrt(e2 / dw_norm);
     printf("cpu from y: max dx diff vs from x %.3g, dw rel-L2 %.3g\n", dx_diff, e2);
     if (dx_diff > 1e-2 || e2 > 1e-2) return 1;
-    free(dx2);
-    free(dw2);
   }
 
 #ifdef CAKE_TEST_CUDA
@@ -220,7 +218,42 @@ int main(void) {
   }
   printf("cuda vs cpu: max |y| diff %.3g, max |dx| diff %.3g, max dw rel diff %.3g\n", gy, gdx, gdw);
   if (gy > 0.05 || gdx > 0.05 || gdw > 1e-3) return 1;
+  /* The backward from y on the device, from the CPU's y: the CPU's dx and dw bits. */
+  {
+    cudaMemcpy(d.y, c.y, 2 * n, cudaMemcpyHostToDevice);
+    cudaMemcpy(d.rstd, c.rstd, 4 * T, cudaMemcpyHostToDevice);
+    cake_rmsnorm_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.device = CAKE_DEVICE_CUDA;
+    a.x_dtype = CAKE_DTYPE_BF16;
+    a.w_dtype = CAKE_DTYPE_BF16;
+    a.rows = T;
+    a.hidden = H;
+    a.g = d.g;
+    a.g_row_stride = H;
+    a.y = d.y;
+    a.y_row_stride = H;
+    a.w = d.w;
+    a.rstd = d.rstd;
+    a.dx = d.dx;
+    a.dx_row_stride = H;
+    a.dw = d.dw;
+    a.workspace = d.ws;
+    a.workspace_bytes = d.ws_bytes;
+    st = cake_rmsnorm_backward(&a, stream);
+    if (st != CAKE_OK) return fail("CUDA backward from y", st);
+    cudaMemcpyAsync(dx, d.dx, 2 * n, cudaMemcpyDeviceToHost, stream);
+    cudaMemcpyAsync(dw, d.dw, 4 * H, cudaMemcpyDeviceToHost, stream);
+    if (cudaStreamSynchronize(stream) != cudaSuccess) { fprintf(stderr, "CUDA sync failed\n"); return 1; }
+    if (memcmp(dx, dx2, 2 * n) != 0 || memcmp(dw, dw2, 4 * H) != 0) {
+      fprintf(stderr, "CUDA backward from y: not the CPU's bits\n");
+      return 1;
+    }
+    printf("cuda from y: the CPU's dx and dw bits\n");
+  }
 #endif
+  free(dx2);
+  free(dw2);
   printf("consumer OK\n");
   return 0;
 }

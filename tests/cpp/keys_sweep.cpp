@@ -16,15 +16,17 @@ using namespace cake;
 
 namespace {
 
-using Tuple = std::tuple<int, int, int, int, bool, int, int, int, int, int, bool, int>;
+using Tuple = std::tuple<int, int, int, int, bool, int, int, int, int, int, bool, int, bool>;
 Tuple tuple_of(const KernelKey& k) {
   return Tuple{static_cast<int>(k.family), k.x, k.y, k.w, k.residual, k.vectors, k.tpr, k.rows,
-               static_cast<int>(k.wload), static_cast<int>(k.sync), k.pair, k.r};
+               static_cast<int>(k.wload), static_cast<int>(k.sync), k.pair, k.r, k.from_y};
 }
 void print(const char* what, const Tuple& t) {
-  std::printf("%s family %d x %d y %d w %d residual %d vectors %d tpr %d rows %d wload %d sync %d pair %d r %d\n",
+  std::printf("%s family %d x %d y %d w %d residual %d vectors %d tpr %d rows %d wload %d sync %d pair %d r %d "
+              "from_y %d\n",
               what, std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t),
-              std::get<6>(t), std::get<7>(t), std::get<8>(t), std::get<9>(t), std::get<10>(t), std::get<11>(t));
+              std::get<6>(t), std::get<7>(t), std::get<8>(t), std::get<9>(t), std::get<10>(t), std::get<11>(t),
+              std::get<12>(t));
 }
 // The residual dtypes a call may pass with (x, y, w): x's, or with FP32 x a 16-bit branch whose
 // dtype y and w share or leave FP32 (the C API refuses the rest).
@@ -53,11 +55,13 @@ int main() {
                   for (int wl = 0; wl < 3; ++wl)
                     for (int sync = 0; sync < 2; ++sync)
                       for (int pair = 0; pair < 2; ++pair)
-                        for (int rd : {kAsX, kBf16, kFp16, kFp32}) {
-                          const KernelKey k{static_cast<Family>(f), x, y, w, res == 1, v, tpr, rows,
-                                            static_cast<WLoad>(wl), static_cast<GroupSync>(sync), pair == 1, rd};
-                          if (compiled(k)) universe.insert(tuple_of(k));
-                        }
+                        for (int rd : {kAsX, kBf16, kFp16, kFp32})
+                          for (int fy = 0; fy < 2; ++fy) {
+                            const KernelKey k{static_cast<Family>(f), x, y, w, res == 1, v, tpr, rows,
+                                              static_cast<WLoad>(wl), static_cast<GroupSync>(sync), pair == 1, rd,
+                                              fy == 1};
+                            if (compiled(k)) universe.insert(tuple_of(k));
+                          }
 
   std::vector<int> widths;
   for (int h = 8; h <= 16384; h += 8) widths.push_back(h);
@@ -86,16 +90,18 @@ int main() {
               const int chunks = is_forward(route) ? 0 : static_cast<int>(backward_chunks(t, h));
               for (int fin = 0; fin < 2; ++fin) {
                 if (fin == 0 && (is_forward(route) || hooks != 0)) continue;
-                for (int rd : residual_dtypes(c, route)) {
-                  const Call call{route, c[0], c[1], c[2], h, t, chunks, fin == 1, false, capped ? 1 : 0, rd};
-                  Launch l;
-                  ++calls;
-                  if (resolve(call, d, o, &l) != Resolved::kOk) {
-                    if (++unresolved <= 10) print("unresolved", tuple_of(l.key));
-                    continue;
+                for (int rd : residual_dtypes(c, route))
+                  for (int fy = 0; fy < (is_forward(route) ? 1 : 2); ++fy) {  // the backward from y too
+                    const Call call{route, c[0], c[1], c[2], h, t, chunks, fin == 1, false, capped ? 1 : 0, rd,
+                                    fy == 1};
+                    Launch l;
+                    ++calls;
+                    if (resolve(call, d, o, &l) != Resolved::kOk) {
+                      if (++unresolved <= 10) print("unresolved", tuple_of(l.key));
+                      continue;
+                    }
+                    emitted.insert(tuple_of(l.key));
                   }
-                  emitted.insert(tuple_of(l.key));
-                }
               }
             }
           }

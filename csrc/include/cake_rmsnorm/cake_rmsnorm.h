@@ -130,6 +130,7 @@ typedef struct {
   int warp_sync;  /* 1: the instance for groups of at most a warp (no barrier) */
   int pair;       /* 1: the backward's row-pair instance */
   cake_dtype_t residual_dtype; /* the residual's dtype (x_dtype but for FP32 x with a 16-bit residual) */
+  int from_y;     /* 1: the backward from y (cake_rmsnorm_bwd_args.y set: xhat = y (1 / w)) */
 } cake_rmsnorm_kernel;
 
 /* A token-count window (above, at_most] of a route and the program serving it. */

@@ -166,15 +166,13 @@ void backward_chunks(const BwdParams& p, const RowOrder& order, const float* wf,
   const int nvec = order.fp32 ? H / 4 : H / 8;
   std::vector<float> gf(H), xh(H), gw(H), dv(H), comp(H), leaves(RowSum::padded(order, nvec), 0.f);
   RowSum row_sum;
-  // The backward from y multiplies y by 1 / w (one IEEE division a column: the GPU kernels' cost
-  // stays a product an element) where w lies in y_rebuild_range, and by NaN elsewhere, so a
-  // weight y cannot rebuild xhat from makes dx and dw NaN (loud), never a biased gradient; the
-  // Python layer saves x instead for such a weight (docs/python_api.md#memory-efficient-mode).
+  // The backward from y multiplies y by 1 / w (one IEEE division a column, as the CUDA kernels)
+  // where w lies in p's y_rebuild_range, and by NaN elsewhere (params.h, inv_weight); the Python
+  // layer saves x instead for such a weight (docs/python_api.md#memory-efficient-mode).
   std::vector<float> inv_w;
   if (p.from_y) {
-    const YRange r = y_rebuild_range(TG::kMinNormal, TG::kMax, H);
     inv_w.resize(H);
-    for (int i = 0; i < H; ++i) inv_w[i] = std::fabs(wf[i]) >= r.lo && std::fabs(wf[i]) <= r.hi ? 1.f / wf[i] : NAN;
+    for (int i = 0; i < H; ++i) inv_w[i] = inv_weight(wf[i], p.y_lo, p.y_hi);
   }
   for (int c = c0; c < c1; ++c) {
     float* part = p.partials != nullptr ? p.partials + static_cast<int64_t>(c) * H : nullptr;
