@@ -173,6 +173,18 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   WVec<WT> wv[VPT];
   load_weights(wv, p.w, lane, tpr, nvec);
   float iw[FY ? VPT : 1][kVec];  // FY: 1 / w of this thread's columns; 0 past the row (zeros there)
+  // FY from 3 vectors a thread: w from L1 at each use, so 1 / w takes the registers w held
+  // (fewer spilled bytes: docs/perf/runs/sass-from-y.md).
+  constexpr bool kWAtUse = FY && VPT >= 3;
+  auto w_of = [&](int k, float (&wf)[kVec]) {
+    if constexpr (kWAtUse) {
+      WVec<WT> w2;
+      w2.load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
+      w2.get_here(wf);
+    } else {
+      wv[k].template get_here<kBits>(wf);
+    }
+  };
   if constexpr (FY) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -246,7 +258,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         float gf[kVec], xf[kVec], wf[kVec];
         unpack8<T, kBits>(lds16(src + k * kstep), gf);
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
-        wv[k].template get_here<kBits>(wf);
+        w_of(k, wf);
         if constexpr (FY)
           part[k] = gwxhat_sum_y(gf, wf, xf, iw[k]);
         else
@@ -279,7 +291,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T, kBits>(lds16(src + k * kstep), gf);
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
         if (RES) unpack8<T, kBits>(lds16(src + (2 * VPT + k) * kstep), d);
-        wv[k].template get_here<kBits>(wf);
+        w_of(k, wf);
         // dx_and_products' arithmetic, spelled out with the Kahan add in the same loop: calling
         // it moves this kernel's instruction order (docs/perf/dispatch.md#bwd-inline-products).
         float prod[kVec];
