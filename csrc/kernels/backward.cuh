@@ -1,5 +1,6 @@
 // RMSNorm backward: dx = rstd * (g*w - mean(g*w*xhat) * xhat) (+ g_residual), xhat = x*rstd
-// (or y (1 / w), the backward from y), and FP32 per-chunk dw partials; dw_finalize sums them in chunk order. Torch-free.
+// (or y (1 / w), the backward from y), and FP32 per-chunk dw partials; dw_finalize sums them
+// in chunk order. Torch-free.
 #pragma once
 
 #include <type_traits>

@@ -8,7 +8,8 @@ at most 2^126). A
 weight with a column outside (zero, tiny, denormal, huge, non-finite) gets x saved after all, so
 the gradient is the standard path's; the kernels divide by NaN there, so no call can return a
 silently biased gradient. Checking a weight reads it on the host: one sync a weight version,
-remembered per tensor, so a training step pays it once a norm, after the optimizer's update.
+remembered per tensor; the optimizer step hook checks every tracked module in one sync, so a
+training step's eager calls pay none of their own.
 """
 
 import ctypes
@@ -57,6 +58,11 @@ _EPOCH = [0]
 _ATTR = "_cake_rmsnorm_y_verdict"
 
 
+def _stamp(key, y_dtype, hidden, transform):
+    local = getattr(key, "_local_tensor", key)
+    return (key._version, local.data_ptr(), y_dtype, hidden, transform, _EPOCH[0])
+
+
 def saves_y(w, y_dtype, hidden, source=None, transform=None):
     """True where the forward may save y: every column of the effective weight ``w`` lies in the
     rebuild range. ``source`` (the Parameter ``w`` derives from, ``transform`` naming how, as
@@ -66,10 +72,9 @@ def saves_y(w, y_dtype, hidden, source=None, transform=None):
     if y_dtype not in _DTYPE:
         return False  # no kernels for it: refused by the checks with the documented error
     key = source if source is not None else w
-    local = getattr(key, "_local_tensor", key)
-    stamp = (key._version, local.data_ptr(), y_dtype, hidden, transform, _EPOCH[0])
+    stamp = _stamp(key, y_dtype, hidden, transform)
     seen = key.__dict__.get(_ATTR)
-    if seen is not None and (seen[0] == stamp or (seen[1] and seen[0] == stamp[:2] + (None,) + stamp[3:])):
+    if seen is not None and (seen[0] == stamp or (seen[1] and seen[0] == _stamp(key, None, hidden, transform))):
         return seen[1]
     if type(w) is not torch.Tensor and is_dtensor(w):  # a replicated weight's local copy is all of it
         w = w.to_local() if all(p.is_replicate() for p in w.placements) else w.full_tensor()
@@ -138,6 +143,5 @@ def refresh(modules):
             m._y_ok = bool(ok)
             if ok:  # every y dtype's verdict for the eager calls (saves_y)
                 w = m.weight
-                local = getattr(w, "_local_tensor", w)
                 transform = "1+w" if getattr(m, "zero_centered", False) else None
-                w.__dict__[_ATTR] = ((w._version, local.data_ptr(), None, w.numel(), transform, _EPOCH[0]), True)
+                w.__dict__[_ATTR] = (_stamp(w, None, w.numel(), transform), True)

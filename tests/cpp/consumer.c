@@ -44,6 +44,29 @@ typedef struct {
   size_t ws_bytes;
 } Buffers;
 
+/* The backward from y (memory-efficient): x NULL, b's y, g, w and rstd in, dx and dw out. */
+static cake_rmsnorm_bwd_args from_y_args(cake_device_t dev, const Buffers* b, void* dx, float* dw) {
+  cake_rmsnorm_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.device = dev;
+  a.x_dtype = CAKE_DTYPE_BF16;
+  a.w_dtype = CAKE_DTYPE_BF16;
+  a.rows = T;
+  a.hidden = H;
+  a.g = b->g;
+  a.g_row_stride = H;
+  a.y = b->y;
+  a.y_row_stride = H;
+  a.w = b->w;
+  a.rstd = b->rstd;
+  a.dx = dx;
+  a.dx_row_stride = H;
+  a.dw = dw;
+  a.workspace = b->ws;
+  a.workspace_bytes = b->ws_bytes;
+  return a;
+}
+
 static cake_status_t run(cake_device_t dev, const Buffers* b, void* stream) {
   cake_rmsnorm_fwd_args f;
   memset(&f, 0, sizeof f);
@@ -150,24 +173,7 @@ int main(void) {
     float lo = 0, hi = 0;
     st = cake_rmsnorm_y_rebuild_range(CAKE_DTYPE_BF16, H, &lo, &hi);
     if (st != CAKE_OK || lo != 0x1p-126f || !(hi > 1e36f)) return fail("y_rebuild_range", st);
-    cake_rmsnorm_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.device = CAKE_DEVICE_CPU;
-    a.x_dtype = CAKE_DTYPE_BF16;
-    a.w_dtype = CAKE_DTYPE_BF16;
-    a.rows = T;
-    a.hidden = H;
-    a.g = c.g;
-    a.g_row_stride = H;
-    a.y = c.y;
-    a.y_row_stride = H;
-    a.w = c.w;
-    a.rstd = c.rstd;
-    a.dx = dx2;
-    a.dx_row_stride = H;
-    a.dw = dw2;
-    a.workspace = c.ws;
-    a.workspace_bytes = c.ws_bytes;
+    cake_rmsnorm_bwd_args a = from_y_args(CAKE_DEVICE_CPU, &c, dx2, dw2);
     st = cake_rmsnorm_backward(&a, NULL);
     if (st != CAKE_OK) return fail("CPU backward from y", st);
     a.x = c.h; /* both x and y: refused */
@@ -222,24 +228,7 @@ int main(void) {
   {
     cudaMemcpy(d.y, c.y, 2 * n, cudaMemcpyHostToDevice);
     cudaMemcpy(d.rstd, c.rstd, 4 * T, cudaMemcpyHostToDevice);
-    cake_rmsnorm_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.device = CAKE_DEVICE_CUDA;
-    a.x_dtype = CAKE_DTYPE_BF16;
-    a.w_dtype = CAKE_DTYPE_BF16;
-    a.rows = T;
-    a.hidden = H;
-    a.g = d.g;
-    a.g_row_stride = H;
-    a.y = d.y;
-    a.y_row_stride = H;
-    a.w = d.w;
-    a.rstd = d.rstd;
-    a.dx = d.dx;
-    a.dx_row_stride = H;
-    a.dw = d.dw;
-    a.workspace = d.ws;
-    a.workspace_bytes = d.ws_bytes;
+    cake_rmsnorm_bwd_args a = from_y_args(CAKE_DEVICE_CUDA, &d, d.dx, d.dw);
     st = cake_rmsnorm_backward(&a, stream);
     if (st != CAKE_OK) return fail("CUDA backward from y", st);
     cudaMemcpyAsync(dx, d.dx, 2 * n, cudaMemcpyDeviceToHost, stream);
