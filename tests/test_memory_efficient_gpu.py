@@ -8,7 +8,7 @@ import torch
 
 import cake_rmsnorm as cr
 from conftest import HAS_CUDA
-from reference import assert_close_unit, rel_l2, ref_backward
+from reference import assert_close_unit, from_y_dx_slack, rel_l2, ref_backward
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")]
 
@@ -46,7 +46,9 @@ def test_16bit_rows_have_the_cpu_bits(act, wd, T, H, gen):
     assert inst.get("from_y") and inst["family"] in ("bwd_rows", "bwd_wide_rows") and inst["tpr"] == 0
     assert torch.equal(dx_c, dx_g) and torch.equal(dw_c, dw_g)
     dx_ref, dw_ref = ref_backward(g, x, w, EPS)
-    assert_close_unit(dx_g, dx_ref, "dx")
+    # The standard tolerance plus the documented rebuild error carried into dx: at H 8 the
+    # row's dot product c is as large as dx, and a BF16 y's rounding of xhat exceeds 1 %.
+    assert_close_unit(dx_g, dx_ref, "dx", slack=from_y_dx_slack(g, x, w, EPS, U[act]))
     assert rel_l2(dw_g, dw_ref) <= 2 * U[act] + (U[wd] if wd != FP32 else 0) + 1e-6
 
 
@@ -98,7 +100,7 @@ def test_the_module_saves_y_on_a_gpu_with_the_cpu_gradients(gen):
         m = cr.RMSNorm(2048, memory_efficient=True, dtype=BF16, device=dev)
         with torch.no_grad():
             m.weight.copy_(1 + 0.1 * torch.randn(2048, generator=torch.Generator().manual_seed(1)))
-        xa = x.to(dev).requires_grad_()
+        xa = x.detach().to(dev).requires_grad_()  # a leaf on each device
         y = m(xa)
         assert y.grad_fn.saved_tensors[0].data_ptr() == y.data_ptr()  # y saved, not x
         y.backward(g.to(dev))
