@@ -28,6 +28,7 @@ def test_every_compiled_kernel_is_one_a_call_resolves_to(tmp_path):
     last = out.stdout.strip().splitlines()[-1]
     fields = dict(zip(last.split()[::2], (int(v) for v in last.split()[1::2])))
     assert out.returncode == 0 and fields["dead"] == 0 and fields["unresolved"] == 0, out.stdout[-4000:]
+    assert fields["oversized"] == 0, out.stdout[-4000:]  # no launch asks more shared memory than a CTA has
     assert fields["compiled"] == fields["emitted"] > 500, last
 
 

@@ -35,7 +35,8 @@ inline bool program_for(Route route, int64_t hidden, int64_t rows, int sm, int64
 // The backward's one-launch and warp-chunk limits on architecture table `t`.
 constexpr BwdLimits limits_for(const ArchTable& t, const Overrides& o) {
   return BwdLimits{o.one_launch_chunks >= 0 ? o.one_launch_chunks : t.bwd_one_launch_chunks,
-                   o.warp_chunk_rows >= 0 ? o.warp_chunk_rows : t.bwd_warp_chunk_rows, t.bwd_warp_chunks_cta};
+                   o.warp_chunk_rows >= 0 ? o.warp_chunk_rows : t.bwd_warp_chunk_rows, t.bwd_warp_chunks_cta,
+                   t.smem_per_cta};
 }
 
 }  // namespace cake

@@ -75,7 +75,7 @@ struct DeviceFacts {
 // shipped architecture, and the register-named barriers' 4 CTAs; 0 (unknown) for the forward's
 // instances, whose register caps differ by instance. A model, not a query: a device's own count
 // (the occupancy query) is what a call uses.
-constexpr int64_t kRegsPerSm = 65536, kThreadsPerSm = 2048, kSmemPerSm = 228 * 1024, kSmemPerCtaReserved = 1024;
+constexpr int64_t kRegsPerSm = 65536, kThreadsPerSm = 2048;  // shared memory: params.h, kSmemPerSm
 constexpr int64_t kRegisterBarrierCtas = 4;
 constexpr int64_t resident_bound_per_sm(const KernelKey& k, int block, size_t smem) {
   const bool wide = k.family == Family::kBwdWide || k.family == Family::kBwdOneWide;
@@ -88,7 +88,7 @@ constexpr int64_t resident_bound_per_sm(const KernelKey& k, int block, size_t sm
   // A runtime-width instance names its barriers by register, so ptxas reserves all 16 of a
   // CTA's: 4 CTAs an SM at most (params.h, GroupSync).
   if (k.tpr == 0 && n > kRegisterBarrierCtas) n = kRegisterBarrierCtas;
-  const int64_t by_smem = kSmemPerSm / (static_cast<int64_t>(smem) + kSmemPerCtaReserved);
+  const int64_t by_smem = static_cast<int64_t>(kSmemPerSm / (smem + kSmemReservedPerCta));
   return by_smem < n ? by_smem : n;
 }
 constexpr int64_t ask_resident(const DeviceFacts& d, const KernelKey& k, int block, size_t smem) {
@@ -179,6 +179,7 @@ struct BwdLimits {
   int one_launch_chunks;
   int warp_chunk_rows;
   int warp_chunks_cta;  // ArchTable::bwd_warp_chunks_cta
+  size_t smem_per_cta;  // ArchTable::smem_per_cta: the backward from y's 1 / w shrinks the ring to fit
 };
 // A backward call as its plan sees it: dtype codes (g is x's), the route, the shape, the dw
 // chunking (contract.h), whether dw is wanted (false: no dw, or partials kept for the caller),
@@ -280,7 +281,10 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
   b.key = rows_key(c, b.program, b.constant_width, b.pair);
   const int units = b.program.cta / b.program.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
   const int64_t wanted = ceil_div(c.chunks, units);
-  b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual);
+  while (b.program.stages > 1 && backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual,
+                                                     c.from_y) > lim.smem_per_cta)
+    --b.program.stages;  // from y: 1 / w beside the ring (the ring alone fits: programs.h, shaped)
+  b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual, c.from_y);
   int64_t resident = ask_resident(d, b.key, b.program.cta, b.smem);
   b.smem_ready = d.resident != nullptr;
   // Every resident CTA at the table's ring: fewer CTAs an SM with a deeper ring, and a deeper ring

@@ -146,14 +146,15 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 // The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
 // the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
 // writes dw (one_row_dw). FY: p.x holds y, and xhat = y (1 / w), 1 / w of the thread's columns
-// taken once a CTA (the memory-efficient backward; runtime widths, no pairs: kernel_key.h).
+// taken once a CTA (the memory-efficient backward; runtime widths, no pairs: kernel_key.h); the
+// plan gives FY's launches backward_smem_bytes(..., from_y) (the ring, rstd, then 1 / w).
 template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool FY = false>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   static_assert(!FY || (!PAIR && kTpr == 0 && kDw), "the backward from y: the row kernel at runtime widths");
   constexpr bool kExact = kTpr > 0;
   constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
   constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
-  extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], then rstd [stages][blockDim.x]
+  extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], rstd [stages][blockDim.x], FY's 1 / w
   __shared__ float scratch[kExact ? 1 : 32];  // unused (and dropped) by exact groups
   GroupScratch gs{scratch};
   constexpr int kStreams = RES ? 3 : 2;
@@ -173,12 +174,8 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
 
   WVec<WT> wv[VPT];
   load_weights(wv, p.w, lane, tpr, nvec);
-  float iw[FY ? VPT : 1][kVec];  // FY: 1 / w of this thread's columns; 0 past the row (zeros there)
-  // FY from 3 vectors a thread: w from L1 at each use, so 1 / w takes the registers w held
-  // (fewer spilled bytes: docs/perf/runs/sass-from-y.md).
-  constexpr bool kWAtUse = FY && VPT >= 3;
   auto w_of = [&](int k, float (&wf)[kVec]) {
-    if constexpr (kWAtUse) {
+    if constexpr (FY && VPT >= kFromYWideVpt) {  // w from L1 at each use: its registers go to 1 / w
       WVec<WT> w2;
       w2.load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
       w2.get_here(wf);
@@ -186,17 +183,41 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
       wv[k].template get_here<kBits>(wf);
     }
   };
+  // FY: 1 / w of this thread's columns, 0 past the row (zeros there). Where from_y_iw_in_smem
+  // (params.h) it lives in shared memory past the rstd slots, two float4 a vector, each thread
+  // reading only its own (no barrier); else in registers.
+  constexpr bool kIwSmem = from_y_iw_in_smem(FY, VPT, RES);
+  float iw[FY && !kIwSmem ? VPT : 1][kVec];
+  const uint32_t ibase = smem_addr(ring) + stages * (sstep + cta * 4u) + threadIdx.x * 16u;
   if constexpr (FY) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      float wf[kVec];
+      float wf[kVec], inv[kVec];
       wv[k].template get_here<kBits>(wf);
-      inv_weights(wf, p, iw[k]);
+      inv_weights(wf, p, inv);
       if (lane + k * tpr >= nvec)
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) iw[k][j] = 0.f;
+        for (int j = 0; j < kVec; ++j) inv[j] = 0.f;
+      if constexpr (kIwSmem) {
+        sts16f(ibase + 2 * k * kstep, inv[0], inv[1], inv[2], inv[3]);
+        sts16f(ibase + (2 * k + 1) * kstep, inv[4], inv[5], inv[6], inv[7]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) iw[k][j] = inv[j];
+      }
     }
   }
+  auto iw_of = [&](int k, float (&out)[kVec]) {
+    if constexpr (kIwSmem) {
+      const uint4 a = lds16(ibase + 2 * k * kstep), b = lds16(ibase + (2 * k + 1) * kstep);
+      const uint32_t q[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) out[j] = __uint_as_float(q[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) out[j] = iw[FY ? k : 0][j];
+    }
+  };
 
   // PAIR: unit = the pair, whose two groups meet on named barrier pair_bar (past group_sum's).
   const int unit = PAIR ? group >> 1 : group, units = PAIR ? rpc >> 1 : rpc;
@@ -260,9 +281,11 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T, kBits>(lds16(src + k * kstep), gf);
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
         w_of(k, wf);
-        if constexpr (FY)
-          part[k] = gwxhat_sum_y(gf, wf, xf, iw[k]);
-        else
+        if constexpr (FY) {
+          float iwk[kVec];
+          iw_of(k, iwk);
+          part[k] = gwxhat_sum_y(gf, wf, xf, iwk);
+        } else
           part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
       float dot = tree_sum(part);
@@ -293,12 +316,14 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
         if (RES) unpack8<T, kBits>(lds16(src + (2 * VPT + k) * kstep), d);
         w_of(k, wf);
+        float iwk[kVec];
+        if constexpr (FY) iw_of(k, iwk);
         // dx_and_products' arithmetic, spelled out with the Kahan add in the same loop: calling
         // it moves this kernel's instruction order (docs/perf/dispatch.md#bwd-inline-products).
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float xhat = xhat_of<FY>(xf[j], rstd, FY ? iw[FY ? k : 0][j] : 0.f);
+          const float xhat = xhat_of<FY>(xf[j], rstd, FY ? iwk[j] : 0.f);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);

@@ -134,8 +134,25 @@ CAKE_HD constexpr size_t forward_smem_bytes(int cta, int vpt, int stages, bool r
   return size_t(stages) * (res ? 2 : 1) * vpt * cta * 16;
 }
 // Of the backward: the ring of g, x (and g_residual) vectors, then one rstd a thread and stage.
-CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool res) {
+CAKE_HD constexpr size_t backward_ring_bytes(int cta, int vpt, int stages, bool res) {
   return size_t(stages) * cta * ((res ? 3 : 2) * vpt * 16 + 4);
+}
+// An SM's shared memory on every shipped architecture, and what each CTA's launch reserves of it.
+constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024;
+// The backward from y, from this many vectors a thread, reads w at each use (from L1) and keeps
+// 1 / w of its columns in shared memory past the ring, 8 floats a vector: held in registers it
+// spilled (docs/perf/runs/sass-from-y.md). Only where kBwdMinBlocks CTAs of kMaxBwdThreads at a
+// two-row ring still fit an SM beside it: not on the residual route at 4 vectors (its third
+// stream takes the room), which keeps 1 / w in registers.
+constexpr int kFromYWideVpt = 3;
+CAKE_HD constexpr bool from_y_iw_in_smem(bool from_y, int vpt, bool res) {
+  return from_y && vpt >= kFromYWideVpt &&
+         kBwdMinBlocks * (backward_ring_bytes(kMaxBwdThreads, vpt, 2, res) + size_t(kMaxBwdThreads) * vpt * 32 +
+                          kSmemReservedPerCta) <= kSmemPerSm;
+}
+// The backward's dynamic shared memory: the ring, then (from_y_iw_in_smem) 1 / w.
+CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool res, bool from_y = false) {
+  return backward_ring_bytes(cta, vpt, stages, res) + (from_y_iw_in_smem(from_y, vpt, res) ? size_t(cta) * vpt * 32 : 0);
 }
 constexpr size_t kMaxSmemPerCta = 227 * 1024;  // the largest opt-in of the shipped architectures (sm_90, sm_100)
 

@@ -71,7 +71,7 @@ int main() {
   const int combos[][3] = {{0, 0, 0}, {0, 0, 2}, {1, 1, 1}, {1, 1, 2}, {2, 0, 0}, {2, 0, 1}, {2, 0, 2},
                            {2, 1, 0}, {2, 1, 1}, {2, 1, 2}, {2, 2, 0}, {2, 2, 1}, {2, 2, 2}};  // x, y, w
   std::set<Tuple> emitted;
-  int64_t calls = 0, unresolved = 0;
+  int64_t calls = 0, unresolved = 0, oversized = 0;  // oversized: more shared memory than a CTA may have
   for (int sm : {90, 100, 103, 107}) {
     for (int r = 0; r < 4; ++r) {
       const Route route = static_cast<Route>(r);
@@ -101,6 +101,7 @@ int main() {
                       continue;
                     }
                     emitted.insert(tuple_of(l.key));
+                    if (l.smem > arch_table(sm).smem_per_cta && ++oversized <= 10) print("oversized", tuple_of(l.key));
                   }
               }
             }
@@ -153,7 +154,8 @@ int main() {
       ++dead;
       print("dead", t);
     }
-  std::printf("calls %lld compiled %zu emitted %zu dead %d unresolved %lld\n", static_cast<long long>(calls),
-              universe.size(), emitted.size(), dead, static_cast<long long>(unresolved));
-  return dead == 0 && unresolved == 0 ? 0 : 1;
+  std::printf("calls %lld compiled %zu emitted %zu dead %d unresolved %lld oversized %lld\n",
+              static_cast<long long>(calls), universe.size(), emitted.size(), dead, static_cast<long long>(unresolved),
+              static_cast<long long>(oversized));
+  return dead == 0 && unresolved == 0 && oversized == 0 ? 0 : 1;
 }
