@@ -94,12 +94,18 @@ const void* bwd_rows() {
     return address(rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, kTpr, FY>);
   return nullptr;
 }
-// The backward from y (kernel_key.h: the runtime-width row kernel and its wide CTAs).
+// The backward from y (kernel_key.h: the runtime-width row kernel, its one launch and their wide CTAs).
 template <typename T, typename WT, bool RES, int VPT>
 const void* bwd_from_y(const KernelKey& k) {
-  if (k.family == Family::kBwdRows) return k.tpr == 0 && !k.pair ? bwd_rows<T, WT, RES, VPT, false, 0, true>() : nullptr;
-  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdWide, 0, 1, WLoad::kFirst, GroupSync::kNamed, false, true)))
+  constexpr auto key = [](Family f) { return key_of<T, WT, RES, VPT>(f, 0, 1, WLoad::kFirst, GroupSync::kNamed, false, true); };
+  if (k.tpr != 0 || k.pair) return nullptr;
+  if (k.family == Family::kBwdRows) return bwd_rows<T, WT, RES, VPT, false, 0, true>();
+  if constexpr (compiled(key(Family::kBwdOne)))
+    if (k.family == Family::kBwdOne) return address(rmsnorm_bwd_one_kernel<T, WT, RES, VPT, 0, true>);
+  if constexpr (compiled(key(Family::kBwdWide)))
     if (k.family == Family::kBwdWide) return address(rmsnorm_bwd_wide_kernel<T, WT, RES, true>);
+  if constexpr (compiled(key(Family::kBwdOneWide)))
+    if (k.family == Family::kBwdOneWide) return address(rmsnorm_bwd_one_wide_kernel<T, WT, RES, true>);
   return nullptr;
 }
 template <typename T, typename WT, bool RES, int VPT, int kTpr>

@@ -86,10 +86,11 @@ constexpr bool compiled(const KernelKey& k) {
   if (k.r != kAsX && (k.family != Family::kFp32Fwd || !k.residual || !dtype16(k.r) || (k.y != k.r && k.y != kFp32) ||
                       (k.w != k.r && k.w != kFp32)))
     return false;
-  // The backward from y only in the row kernel at runtime widths (no pairs), its wide CTAs and the
-  // FP32 backward: the plan sends every such call there (plan.h), keeping the instance count small.
-  if (k.from_y && !((k.family == Family::kBwdRows && k.tpr == 0 && !k.pair) || k.family == Family::kBwdWide ||
-                    k.family == Family::kFp32Bwd))
+  // The backward from y only in the row kernel and its one launch at runtime widths (no pairs),
+  // their wide CTAs and the FP32 backward: the plan sends every such call there (plan.h), keeping
+  // the instance count small.
+  if (k.from_y && !(((k.family == Family::kBwdRows || k.family == Family::kBwdOne) && k.tpr == 0 && !k.pair) ||
+                    k.family == Family::kBwdWide || k.family == Family::kBwdOneWide || k.family == Family::kFp32Bwd))
     return false;
   switch (k.family) {
     case Family::kFwdRing:

@@ -231,8 +231,8 @@ constexpr KernelKey rows_key(const BwdCall& c, const Program& p, bool constant_w
 // persistent grid of every CTA the device keeps resident (its SM count, the instance's
 // residency), then the finalize. Nothing here
 // moves a bit: the chunks (and so dw's order) are the call's, the row group the table's.
-// The backward from y runs the table's program in the runtime-width row kernel (no one launch,
-// warp chunks, pairs or exact groups: the same bits, fewer instances).
+// The backward from y runs the table's program in the runtime-width row kernel or its one launch
+// (no warp chunks, pairs or exact groups: the same bits, fewer instances).
 constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d) {
   BwdPlan b{};
   b.program = table;
@@ -240,15 +240,15 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
   const int rem = c.chunks > 0 ? static_cast<int>(c.rows % c.chunks) : 0;
   const int64_t sms = c.want_dw ? d.sms : 0;  // the finalize's shape reads it
   if (c.from_y || !pair_candidate(table, q, rem, &b.pair_twin)) b.pair_twin = Program{};
-  const int one_launch_limit = c.want_dw && c.max_ctas == 0 && !c.from_y ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
+  const int one_launch_limit = c.want_dw && c.max_ctas == 0 ? lim.one_launch_chunks : 0;  // a capped grid: two kernels
   if (one_launch_fits(c.rows, c.chunks, one_launch_limit)) {  // dx by rows, then dw by columns: no partials
     b.program.stages = 1;  // a group's one row: nothing to prefetch
-    b.constant_width = backward_exact(b.program, c.hidden, false);
+    b.constant_width = !c.from_y && backward_exact(b.program, c.hidden, false);
     b.one_launch = true;
     KernelKey k = rows_key(c, b.program, b.constant_width, false);
     k.family = k.family == Family::kBwdWide ? Family::kBwdOneWide : Family::kBwdOne;
     b.key = k;
-    b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual);
+    b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual, c.from_y);
     b.dx_ctas = one_launch_dx_ctas(b.program, c.rows);
     b.grid = b.dx_ctas + one_launch_dw_ctas(b.program, c.hidden, c.rows);
     return b;

@@ -148,9 +148,10 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 // writes dw (one_row_dw). FY: p.x holds y, and xhat = y (1 / w), 1 / w of the thread's columns
 // taken once a CTA (the memory-efficient backward; runtime widths, no pairs: kernel_key.h); the
 // plan gives FY's launches backward_smem_bytes(..., from_y) (the ring, rstd, then 1 / w).
+// The one-launch kernel's row CTAs (kDw false) take FY too (backward_small.cuh).
 template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool FY = false>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
-  static_assert(!FY || (!PAIR && kTpr == 0 && kDw), "the backward from y: the row kernel at runtime widths");
+  static_assert(!FY || (!PAIR && kTpr == 0), "the backward from y: the row kernels at runtime widths");
   constexpr bool kExact = kTpr > 0;
   constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
   constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
