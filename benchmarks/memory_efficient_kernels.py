@@ -2,7 +2,8 @@
 (autograd through cake_rmsnorm, memory_efficient False and True): GPU kernel time of the
 backward (and of forward + backward) per shape, cold L2, with the ratio and its target (the
 mode moves the same bytes: within 2 %). The plan sends the backward from y to the row kernel at
-runtime widths (no one launch, pairs or warp chunks), so small T is where it may differ.
+runtime widths and its one launch (no pairs, warp chunks or exact groups), so where the backward
+from x runs those, from y may differ.
 
     python benchmarks/memory_efficient_kernels.py --out docs/perf/runs/h200-me-kernels             # BENCH widths
     python benchmarks/memory_efficient_kernels.py --shapes docs/perf/heldout/shapes.json --out ...  # held-out

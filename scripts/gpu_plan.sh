@@ -9,6 +9,7 @@
 #   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
 #   STEPS="build cpu16" scripts/gpu_plan.sh
 #   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
+#   STEPS="peer_bytes" scripts/gpu_plan.sh      (after scripts/gpu_peers.sh install)
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -43,4 +44,10 @@ step me_kernels bash -c "python benchmarks/memory_efficient_kernels.py --out $LO
   python benchmarks/memory_efficient_kernels.py --shapes docs/perf/heldout/shapes.json --ops bwd \
   --out $LOG_DIR/me-kernels-heldout"
 step me_e2e python benchmarks/memory_efficient.py --out "$LOG_DIR/me-e2e"
+# DRAM bytes and time of our backward and Quack's under ncu, where Quack's time implied more than
+# the HBM peak (docs/perf/runs/h200-heldout-d3aeefd.md's residual rows); peers staged first.
+NCU_METRICS=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
+step peer_bytes bash -c "for s in '4096 55552' '8192 200' '8192 921'; do set -- \$s; \
+  ncu --clock-control none --nvtx --nvtx-include 'qk/' --nvtx-include 'cake/' --metrics $NCU_METRICS \
+  python benchmarks/peer_bytes.py --hidden \$1 --tokens \$2 --residual --weight fp32 || exit 1; done"
 exit $status
