@@ -30,6 +30,10 @@ step sweep python -m cake_rmsnorm bench --shapes docs/perf/heldout/sweep.json --
 step amp_tests python -m pytest -q -x -p no:cacheprovider tests/test_mixed_residual.py tests/test_compile.py
 step amp_e2e python benchmarks/e2e.py --amp 1 --hidden 1024,4096 --modes eager,compile,reduce-overhead \
   --out "$LOG_DIR/e2e-amp"
+# Where the AMP compiled rows' time goes (h100-e2e-amp-3d73404.md: Qwen3 H 1024 1.050, Llama 1.014):
+# each kernel's GPU time a step, patched against unpatched.
+step amp_profile bash -c "python benchmarks/e2e_profile.py --model qwen3 --hidden 1024 --out $LOG_DIR/amp-profile-qwen3 && \
+  python benchmarks/e2e_profile.py --model llama --hidden 1024 --out $LOG_DIR/amp-profile-llama"
 # The CPU path on the host's cores (16 on the lent machine): the bench's default shapes and the
 # larger op-path rows at 16 threads, and the thread-count bit test there (no GPU visible).
 step cpu16 env CUDA_VISIBLE_DEVICES= bash -c "python -m pytest -q -p no:cacheprovider tests/test_cpu_threads.py && \
