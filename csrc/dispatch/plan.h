@@ -193,7 +193,7 @@ struct BwdCall {
   bool want_dw;
   bool dw_in_w_dtype;
   int max_ctas;
-  bool from_y = false;  // the backward from y: the row kernel only (kernel_key.h, compiled)
+  bool from_y = false;  // the backward from y: the row kernel and its one launch (kernel_key.h, compiled)
 };
 struct BwdPlan {
   Program program;    // what the grid runs: the table's, its pair twin or the one launch's; its
