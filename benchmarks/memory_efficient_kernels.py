@@ -31,13 +31,16 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hidden", default="1024,2048,4096,5120,8192", type=int_list)
     p.add_argument("--tokens", default="1,64,1024,4096,16384,65536", type=int_list)
+    p.add_argument("--residual", default="0", help="routes of the --hidden x --tokens grid: 0, 1 or 0,1")
+    p.add_argument("--weights", default="bf16", help="weight dtypes of the grid: bf16, fp32 or bf16,fp32")
     p.add_argument("--shapes", default=None, help="a shape list (docs/perf/heldout/shapes.json) instead")
     p.add_argument("--ops", default="bwd,step")
     p.add_argument("--replays", type=int, default=30)
     p.add_argument("--out", required=True, help="writes OUT.json and OUT.md")
     a = p.parse_args()
-    shapes = load_shapes(a.shapes) if a.shapes else [dict(H=H, T=T, residual=False, per_head=0, weight=None)
-                                                     for H in a.hidden for T in a.tokens]
+    shapes = load_shapes(a.shapes) if a.shapes else [
+        dict(H=H, T=T, residual=r == "1", per_head=0, weight=wd)
+        for H in a.hidden for T in a.tokens for r in a.residual.split(",") for wd in a.weights.split(",")]
     rows = []
     for s in shapes:
         wd = DTYPES[s.get("weight") or "bf16"]

@@ -10,6 +10,7 @@
 #   STEPS="build cpu16" scripts/gpu_plan.sh
 #   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
 #   STEPS="peer_bytes" scripts/gpu_plan.sh      (after scripts/gpu_peers.sh install)
+#   STEP_TIMEOUT=580 STEPS="me_ab" scripts/gpu_plan.sh   (two rebuilds)
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -48,6 +49,16 @@ step me_kernels bash -c "python benchmarks/memory_efficient_kernels.py --out $LO
   python benchmarks/memory_efficient_kernels.py --shapes docs/perf/heldout/shapes.json --ops bwd \
   --out $LOG_DIR/me-kernels-heldout"
 step me_e2e python benchmarks/memory_efficient.py --out "$LOG_DIR/me-e2e"
+# The backward from y from 3 vectors a thread: w read at each use (this tree) against w held in
+# registers as from x (a build with that one line changed), BF16 and FP32 w, plain and residual;
+# the tree and its build are restored after.
+ME_AB="--hidden 5120,6144,8192,12288,16384 --tokens 1024,16384 --residual 0,1 --weights bf16,fp32 --ops bwd"
+step me_ab bash -c "python benchmarks/memory_efficient_kernels.py $ME_AB --out $LOG_DIR/me-ab-at-use && \
+  cp csrc/kernels/backward.cuh /tmp/backward.cuh.orig && \
+  sed -i 's/if constexpr (FY \&\& VPT >= kFromYWideVpt) {/if constexpr (false) {/' csrc/kernels/backward.cuh && \
+  python -m pip install -q --no-build-isolation --no-deps -e . && \
+  python benchmarks/memory_efficient_kernels.py $ME_AB --out $LOG_DIR/me-ab-held; rc=\$?; \
+  cp /tmp/backward.cuh.orig csrc/kernels/backward.cuh; python -m pip install -q --no-build-isolation --no-deps -e .; exit \$rc"
 # DRAM bytes and time of our backward and Quack's under ncu, where Quack's time implied more than
 # the HBM peak (docs/perf/runs/h200-heldout-d3aeefd.md's residual rows); peers staged first.
 NCU_METRICS=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
