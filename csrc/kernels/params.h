@@ -145,14 +145,15 @@ constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024;
 // two-row ring still fit an SM beside it: not on the residual route at 4 vectors (its third
 // stream takes the room), which keeps 1 / w in registers.
 constexpr int kFromYWideVpt = 3;
+CAKE_HD constexpr size_t from_y_iw_bytes(int cta, int vpt) { return size_t(cta) * vpt * 8 * sizeof(float); }  // 8 a vector
 CAKE_HD constexpr bool from_y_iw_in_smem(bool from_y, int vpt, bool res) {
   return from_y && vpt >= kFromYWideVpt &&
-         kBwdMinBlocks * (backward_ring_bytes(kMaxBwdThreads, vpt, 2, res) + size_t(kMaxBwdThreads) * vpt * 32 +
+         kBwdMinBlocks * (backward_ring_bytes(kMaxBwdThreads, vpt, 2, res) + from_y_iw_bytes(kMaxBwdThreads, vpt) +
                           kSmemReservedPerCta) <= kSmemPerSm;
 }
 // The backward's dynamic shared memory: the ring, then (from_y_iw_in_smem) 1 / w.
 CAKE_HD constexpr size_t backward_smem_bytes(int cta, int vpt, int stages, bool res, bool from_y = false) {
-  return backward_ring_bytes(cta, vpt, stages, res) + (from_y_iw_in_smem(from_y, vpt, res) ? size_t(cta) * vpt * 32 : 0);
+  return backward_ring_bytes(cta, vpt, stages, res) + (from_y_iw_in_smem(from_y, vpt, res) ? from_y_iw_bytes(cta, vpt) : 0);
 }
 constexpr size_t kMaxSmemPerCta = 227 * 1024;  // the largest opt-in of the shipped architectures (sm_90, sm_100)
 
