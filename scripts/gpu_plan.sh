@@ -5,6 +5,7 @@
 # the fine T sweep against F.rms_norm. Logs and bench JSON go to $LOG_DIR (default $OUT where the
 # device tool sets it); `benchmarks/heldout.py summary|cliffs` reads them.
 #   STEPS="build tests" scripts/gpu_plan.sh
+#   STEPS="build chunk_bits chunks_ab sweep" scripts/gpu_plan.sh
 #   STEPS="heldout" scripts/gpu_plan.sh
 #   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
 #   STEPS="build cpu16" scripts/gpu_plan.sh
@@ -25,6 +26,11 @@ step tests python -m pytest -q -x -p no:cacheprovider tests/test_plan.py tests/t
   tests/test_cpu_gpu_bits.py tests/test_wide_backward.py tests/test_tuning.py
 step heldout python -m cake_rmsnorm bench --shapes docs/perf/heldout/shapes.json --out "$LOG_DIR/heldout"
 step matrix python -m cake_rmsnorm bench --out "$LOG_DIR/matrix"
+# dw's chunk count (contract.h backward_chunks: half the cap, then the cap in one step): its GPU =
+# CPU bits where it holds and doubles, and its time against the count that grew by one chunk per
+# 32 rows (paired, benchmarks/chunks_ab.py), then the fine sweep below for its cliffs.
+step chunk_bits python -m pytest -q -x -p no:cacheprovider tests/test_cpu_gpu_bits.py -k chunk_doubling
+step chunks_ab python benchmarks/chunks_ab.py --residual 0,1 --out "$LOG_DIR/chunks-ab.json"
 step sweep python -m cake_rmsnorm bench --shapes docs/perf/heldout/sweep.json --peers F --ops bwd --replays 12 \
   --out "$LOG_DIR/sweep"
 # AMP's mixed add: its GPU tests, then the AMP rows of the end-to-end step (eager and compiled).

@@ -61,6 +61,8 @@ def main():
         run(T, 2048, torch.bfloat16, torch.bfloat16, False)
     for T in (512, 513):  # H 4096: where the count first holds (256 chunks)
         run(T, 4096, torch.bfloat16, torch.bfloat16, False)
+    for T in (12345, 16352, 16353):  # H 4096: half the cap to the cap in one step (256 -> 512 chunks)
+        run(T, 4096, torch.bfloat16, torch.bfloat16, False)
     for T in (1025, 4095, 4096, 4097):  # H 4096: the ring window's last rows, the large streaming window
         for residual in (False, True):
             run(T, 4096, torch.bfloat16, torch.bfloat16, residual)

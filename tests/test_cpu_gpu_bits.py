@@ -117,3 +117,22 @@ def test_programs_and_hooks_keep_the_cpu_paths_bits(H, residual, gen):
             dx, dw = cr.cake_rmsnorm_train_backward(g, xs, w, rstd, g_residual=gr)
         assert torch.equal(bits(dx), bits(dx_c)), (H, hook, "dx")
         assert torch.equal(bits(dw), bits(dw_c)), (H, hook, "dw")
+
+
+@pytest.mark.parametrize("H,T", [(3584, 12345), (4096, 16352), (4096, 16353), (2048, 20000), (2048, 32737),
+                                 (896, 31999), (512, 40000)])
+@pytest.mark.parametrize("residual", [False, True])
+def test_dw_at_the_chunk_doubling_has_the_cpu_paths_bits(H, T, residual, gen):
+    """dw where the chunk count holds half the cap and where it doubles to the cap (contract.h,
+    backward_chunks): a persistent grid with several chunks a CTA, the CPU running the whole call."""
+    w = make_weight(H, torch.bfloat16, "cuda", gen)
+    mk = lambda: make_rows(T, H, torch.bfloat16, "cuda", 1.0, None, 0, gen).contiguous()
+    x, g = mk(), mk()
+    r, gr = (mk(), mk()) if residual else (None, None)
+    cpu = lambda t: None if t is None else t.cpu()
+    out = cr.cake_rmsnorm_train_forward(x, w, EPS, residual=r)
+    xs = out[2] if residual else x
+    dx, dw = cr.cake_rmsnorm_train_backward(g, xs, w, out[1], g_residual=gr)
+    dx_c, dw_c = cr.cake_rmsnorm_train_backward(cpu(g), cpu(xs), w.cpu(), cpu(out[1]), g_residual=cpu(gr))
+    assert torch.equal(bits(dx), bits(dx_c)), (H, T, "dx")
+    assert torch.equal(bits(dw), bits(dw_c)), (H, T, "dw", cr._lib.backward_chunks(T, H))

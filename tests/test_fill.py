@@ -48,10 +48,47 @@ def test_every_token_count_fills_the_machine(sm):
 
 def test_the_grid_follows_the_sm_count():
     """The same call on a device of more SMs gets a grid of more CTAs where its chunks outnumber
-    the resident CTAs (H 3584 at T 12345: 386 chunks; two CTAs an SM of this instance)."""
-    grids = {sms: cr.launch_plan("bwd", 3584, 12345, sm=90, sms=sms)["launch"]["grid"] for sms in (66, 132, 148)}
+    the resident CTAs (H 3584 at T 20000: 512 chunks; two CTAs an SM of this instance)."""
+    grids = {sms: cr.launch_plan("bwd", 3584, 20000, sm=90, sms=sms)["launch"]["grid"] for sms in (66, 132, 148)}
     assert grids == {66: 132, 132: 264, 148: 296}, grids
-    assert cr.launch_plan("bwd", 3584, 12345, sm=90, sms=132)["program"].endswith("_s2")
+    assert cr.launch_plan("bwd", 3584, 20000, sm=90, sms=132)["program"].endswith("_s2")
+
+
+def sm_rows_a_token(hidden, tokens, sm, sms, route):
+    """The rows the busiest SM carries, over T: ceil(turns / SMs) turns of `units` chunks of
+    T / chunks rows (a persistent grid of whole waves, or one turn a CTA, spreads turns over SMs
+    alike). Past a few rows a chunk an SM's share of the bandwidth, not one CTA's, sets the time."""
+    p = cr.launch_plan(route, hidden, tokens, sm=sm, sms=sms)
+    if p.get("one_launch"):
+        return None
+    launch = p["launch"]
+    units = launch["block"] // 32 if p.get("warp_chunks") else \
+        p["group"]["groups_per_cta"] // (2 if launch["instance"]["pair"] else 1)
+    turns = math.ceil(p["chunks"] / units)
+    return math.ceil(turns / sms) * units / p["chunks"]
+
+
+@pytest.mark.parametrize("sm", sorted(REFERENCE_SMS))
+def test_no_cliff_in_the_rows_an_sm_carries(sm):
+    """The fine sweep's cliff criterion (benchmarks/heldout.py cliffs: a row's cost more than 5 %
+    over the best at a smaller T) on the model above, from T 4108 where every count holds chunks
+    of several rows: dw's chunk count (a function of T and H alone) never leaves a few chunks past
+    a wave on any shipped architecture at its SM count. A count that grew by one chunk per 32 rows
+    failed this 832 times on 132 SMs (H 3584 T 8477: 265 chunks on 132 SMs' 264 turns)."""
+    sms = REFERENCE_SMS[sm]
+    cliffs = []
+    for route in ("bwd", "bwd_residual"):
+        for h in (512, 896, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 8192):
+            best = None
+            for t in range(4108, 65537, 257):
+                cost = sm_rows_a_token(h, t, sm, sms, route)
+                if cost is None:
+                    continue
+                if best is not None and cost > 1.05 * best[1]:
+                    cliffs.append(f"{route} H {h}: T {t} {cost / best[1]:.2f}x T {best[0]}'s")
+                if best is None or cost < best[1]:
+                    best = (t, cost)
+    assert not cliffs, cliffs[:5]
 
 
 @pytest.mark.parametrize("sm", sorted(REFERENCE_SMS))

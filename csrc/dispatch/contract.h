@@ -27,9 +27,10 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // dw partial chunks for `rows` rows of width `hidden`: a function of (rows, hidden) alone,
 // never of the device or the program, so dw's reduction tree (and bits) is the same on every
 // GPU and on the CPU path. At least two rows a chunk, at most max_chunks; widths 264..4096 hold
-// half the cap, then grow one chunk per 32 rows (docs/perf/dispatch.md#dw-chunks).
+// half the cap until the full cap's chunks would each hold 32 rows, then take the cap: the
+// count doubles in one step, never a few chunks past a full wave (docs/perf/dispatch.md#dw-chunks).
 constexpr int64_t kRowsPerChunkMin = 2;
-constexpr int64_t kRowsPerChunkGrowing = 32;
+constexpr int64_t kRowsPerChunkAtCap = 32;
 constexpr int64_t max_chunks(int64_t hidden) {
   return hidden <= 256 ? 4096 : hidden <= 512 ? 2048 : hidden <= 2048 ? 1024 : hidden <= 4096 ? 512 : 256;
 }
@@ -42,16 +43,13 @@ constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
   const int64_t cap = max_chunks(hidden);
   const int64_t pairs = ceil_div(rows, kRowsPerChunkMin);
   int64_t c = pairs < cap ? pairs : cap;
-  if (holds_half_cap(hidden)) {
-    const int64_t grown = ceil_div(rows, kRowsPerChunkGrowing), hold = grown > cap / 2 ? grown : cap / 2;
-    if (c > hold) c = hold;
-  }
+  if (holds_half_cap(hidden) && ceil_div(rows, kRowsPerChunkAtCap) < cap && c > cap / 2) c = cap / 2;
   return c;
 }
 // Rows from which the chunk count (and the workspace) stops growing: the first with
 // backward_chunks == max_chunks.
 constexpr int64_t backward_saturating_rows(int64_t hidden) {
-  return holds_half_cap(hidden) ? kRowsPerChunkGrowing * (max_chunks(hidden) - 1) + 1
+  return holds_half_cap(hidden) ? kRowsPerChunkAtCap * (max_chunks(hidden) - 1) + 1
                                 : max_chunks(hidden) * kRowsPerChunkMin;
 }
 
@@ -168,14 +166,20 @@ static_assert(backward_chunks(1, 6144) == 1 && backward_chunks(1 << 20, 6144) ==
                   backward_chunks(65536, 512) == 2048 && backward_chunks(16384, 2048) == 512 &&
                   backward_chunks(65536, 2048) == 1024 && backward_chunks(8192, 256) == 4096 &&
                   backward_chunks(4096, 4096) == 256 && backward_chunks(1024, 4096) == 256 &&
-                  backward_chunks(65536, 4096) == 512 && backward_chunks(4096, 5120) == 256,
+                  backward_chunks(65536, 4096) == 512 && backward_chunks(4096, 5120) == 256 &&
+                  backward_chunks(12345, 3584) == 256 && backward_chunks(16352, 4096) == 256 &&
+                  backward_chunks(16353, 4096) == 512 && backward_chunks(32736, 2048) == 512 &&
+                  backward_chunks(32737, 2048) == 1024,
               "chunks: the contract's counts (a change moves every dw bit of these shapes)");
 constexpr bool chunks_nondecreasing(int64_t hidden) {
   const int64_t sat = backward_saturating_rows(hidden);
-  // Nondecreasing by construction (a min and max of nondecreasing terms); checked at every row
-  // near both ends and every 61st between.
-  for (int64_t r = 1; r < sat + 64; r += (r < 64 || r + 64 > sat) ? 1 : 61)
-    if (backward_chunks(r + 1, hidden) < backward_chunks(r, hidden)) return false;
+  // Nondecreasing, and past half the cap only half the cap or the cap (whole doublings, never a
+  // few chunks over a wave); checked at every row near both ends and every 61st between.
+  for (int64_t r = 1; r < sat + 64; r += (r < 64 || r + 64 > sat) ? 1 : 61) {
+    const int64_t c = backward_chunks(r, hidden), cap = max_chunks(hidden);
+    if (backward_chunks(r + 1, hidden) < c) return false;
+    if (holds_half_cap(hidden) && c > cap / 2 && c != cap) return false;
+  }
   return backward_chunks(sat, hidden) == max_chunks(hidden) &&
          (!holds_half_cap(hidden) || backward_chunks(sat - 1, hidden) < max_chunks(hidden));
 }
