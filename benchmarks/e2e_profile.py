@@ -35,7 +35,10 @@ def kernel_times(step, batches, steps):
     wall = (time.perf_counter() - t0) * 1e3 / steps
     out = collections.defaultdict(lambda: [0, 0.0])
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
+        # A record_function range (the op's name in a profile) shows on the GPU timeline too, as
+        # an annotation spanning its kernels: counting it would count those kernels twice.
+        annotation = getattr(e, "is_user_annotation", False) or e.name.startswith("cake_rmsnorm::")
+        if e.device_type == torch.autograd.DeviceType.CUDA and not annotation:
             out[e.name][0] += 1
             out[e.name][1] += e.device_time_total
     return {k: (n // steps, us / steps) for k, (n, us) in out.items()}, wall
