@@ -9,14 +9,11 @@ group a chunk (--per-head HEADSxH views of [T, heads, H]).
 """
 
 import argparse
-import json
-
-import torch
 
 import cake_rmsnorm as cr
 from cake_rmsnorm.bench.peers import Case, make_cake_autograd, make_torch_compile, make_torch_fused
 from cake_rmsnorm.bench.run import int_list
-from cake_rmsnorm.bench.timing import capture, measure
+from cake_rmsnorm.bench.timing import capture, columns, measure, write_rows
 from cake_rmsnorm.tuning import one_launch, warp_chunks
 
 HOOKS = {"one_launch": one_launch, "warp_chunks": warp_chunks}
@@ -52,10 +49,8 @@ def main():
                 graphs = {"off": capture(under(args.hook, 0, ours[op])),
                           "on": capture(under(args.hook, args.on, ours[op]))}
                 graphs.update({k: capture(v[op]) for k, v in peers.items()})
-                res = measure(graphs, args.replays)
                 row = {"op": op, "H": H, "T": T, "per_head": heads, "hook": args.hook,
-                       "chunks": cr._lib.backward_chunks(case.rows, H),
-                       "us": {k: v[0] for k, v in res.items()}, "event_us": {k: v[1] for k, v in res.items()}}
+                       "chunks": cr._lib.backward_chunks(case.rows, H), **columns(measure(graphs, args.replays))}
                 rows.append(row)
                 u = row["us"]
                 print(f"{op} H={H} T={T}x{heads or 1} chunks={row['chunks']}: off {u['off']:.2f} on {u['on']:.2f} "
@@ -63,8 +58,7 @@ def main():
                       f"best-peer/on {min(u['tc'], u['F']) / u['on']:.3f}", flush=True)
                 del graphs
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+        write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

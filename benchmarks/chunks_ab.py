@@ -9,14 +9,13 @@ Checks, per shape: dx the same bits in both arms, and the contract arm's dx and 
 """
 
 import argparse
-import json
 
 import torch
 
 import cake_rmsnorm as cr
 from cake_rmsnorm.bench.peers import Case, make_cake_autograd, make_torch_fused
 from cake_rmsnorm.bench.run import int_list
-from cake_rmsnorm.bench.timing import capture, measure
+from cake_rmsnorm.bench.timing import capture, columns, measure, write_rows
 from cake_rmsnorm.sequence_parallel import backward_partials, dw_from_partials
 
 
@@ -68,20 +67,17 @@ def main():
                 graphs = {k: capture(f) for k, f in arms.items()}
                 graphs["user"] = capture(user["bwd"])
                 graphs["F"] = capture(fused["bwd"])
-                res_t = measure(graphs, args.replays)
-                us = {k: v[0] for k, v in res_t.items()}
                 row = {"H": H, "T": T, "residual": bool(res), "chunks": counts, "dx_same_bits": same_dx, "op_bits": op_bits,
-                       "us": us, "event_us": {k: v[1] for k, v in res_t.items()},
-                       "kernels": {k: v[2] for k, v in res_t.items()},
+                       **columns(measure(graphs, args.replays)),
                        "bytes": (3 + (2 if r is not None else 0)) * T * H * x.element_size()}
+                us = row["us"]
                 rows.append(row)
                 print(f"H={H} T={T} res={res} chunks {counts['contract']} vs {counts['grown']}: contract "
                       f"{us['contract']:.2f} grown {us['grown']:.2f} user {us['user']:.2f} F {us['F']:.2f} us  "
                       f"grown/contract {us['grown'] / us['contract']:.3f}  dx same {same_dx}, op bits {op_bits}", flush=True)
                 del graphs
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+        write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ interleaved replays, CUPTI kernel time).
 """
 
 import argparse
-import json
 
 import torch
 
 import cake_rmsnorm as cr
 from cake_rmsnorm.bench.run import int_list
-from cake_rmsnorm.bench.timing import capture, measure
+from cake_rmsnorm.bench.timing import capture, measure, write_rows
 from cake_rmsnorm.tuning import exact_groups
 
 
@@ -67,8 +66,7 @@ def main():
         for T in args.tokens:
             r = one(H, T, args)
             rows.append(r)
-            with open(args.out + ".json", "w") as f:  # partial results survive a time limit
-                json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            write_rows(args.out + ".json", rows)  # partial results survive a time limit
             u = r["us"]
             cells = "  ".join(f"{op} {u[op + '_exact']:.2f} vs {u[op + '_runtime']:.2f} "
                               f"({u[op + '_runtime'] / u[op + '_exact']:.3f}x)" for op in args.ops)

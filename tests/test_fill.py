@@ -14,16 +14,24 @@ WIDTHS = [896, 2048, 3584, 4096, 6144, 8192]
 SWEEP = range(1024, 65537, 257)  # the held-out fine sweep's token counts
 
 
-def grid_and_wanted(hidden, tokens, sm, sms, route="bwd"):
-    """(the persistent grid, the CTAs its chunks want), or None for the one launch. A CTA takes
-    `units` chunks at a time, so ceil(chunks / units) CTAs would each take one turn."""
+def plan_and_units(hidden, tokens, sm, sms, route):
+    """(the plan, the chunks a CTA takes at a time), or None for the one launch."""
     p = cr.launch_plan(route, hidden, tokens, sm=sm, sms=sms)
     if p.get("one_launch"):
         return None
     launch = p["launch"]
-    units = launch["block"] // 32 if p.get("warp_chunks") else \
+    return p, launch["block"] // 32 if p.get("warp_chunks") else \
         p["group"]["groups_per_cta"] // (2 if launch["instance"]["pair"] else 1)
-    return launch["grid"], math.ceil(p["chunks"] / units)
+
+
+def grid_and_wanted(hidden, tokens, sm, sms, route="bwd"):
+    """(the persistent grid, the CTAs its chunks want), or None for the one launch. A CTA takes
+    `units` chunks at a time, so ceil(chunks / units) CTAs would each take one turn."""
+    got = plan_and_units(hidden, tokens, sm, sms, route)
+    if got is None:
+        return None
+    p, units = got
+    return p["launch"]["grid"], math.ceil(p["chunks"] / units)
 
 
 @pytest.mark.parametrize("sm", sorted(REFERENCE_SMS))
@@ -58,12 +66,10 @@ def sm_rows_a_token(hidden, tokens, sm, sms, route):
     """The rows the busiest SM carries, over T: ceil(turns / SMs) turns of `units` chunks of
     T / chunks rows (a persistent grid of whole waves, or one turn a CTA, spreads turns over SMs
     alike). Past a few rows a chunk an SM's share of the bandwidth, not one CTA's, sets the time."""
-    p = cr.launch_plan(route, hidden, tokens, sm=sm, sms=sms)
-    if p.get("one_launch"):
+    got = plan_and_units(hidden, tokens, sm, sms, route)
+    if got is None:
         return None
-    launch = p["launch"]
-    units = launch["block"] // 32 if p.get("warp_chunks") else \
-        p["group"]["groups_per_cta"] // (2 if launch["instance"]["pair"] else 1)
+    p, units = got
     turns = math.ceil(p["chunks"] / units)
     return math.ceil(turns / sms) * units / p["chunks"]
 

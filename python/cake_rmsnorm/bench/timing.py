@@ -2,6 +2,7 @@
 and GPU kernel time as the union of kernel-active intervals between marker kernels (CUPTI,
 through torch.profiler), with CUDA-event time as a second column."""
 
+import json
 import statistics
 
 import torch
@@ -104,3 +105,15 @@ def replay_times(kernels, sequence, event_us):
         kt[n].append(_union([(a, b) for a, b, _ in iv]))
         names[n].update(k for _, _, k in iv)
     return {n: (statistics.median(kt[n]), event_us[n], sorted(names[n])) for n in event_us}
+
+
+def columns(res):
+    """measure()'s result as a row's columns: kernel us, event us and the kernels each arm ran."""
+    return {"us": {k: v[0] for k, v in res.items()}, "event_us": {k: v[1] for k, v in res.items()},
+            "kernels": {k: v[2] for k, v in res.items()}}
+
+
+def write_rows(path, rows):
+    """A paired run's rows as JSON, with the GPU and torch they ran on."""
+    with open(path, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
