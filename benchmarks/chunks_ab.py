@@ -14,7 +14,7 @@ import torch
 
 import cake_rmsnorm as cr
 from cake_rmsnorm.bench.peers import Case, make_cake_autograd, make_torch_fused
-from cake_rmsnorm.bench.run import int_list
+from cake_rmsnorm.bench.run import int_list, logical_bytes
 from cake_rmsnorm.bench.timing import capture, columns, measure, write_rows
 from cake_rmsnorm.sequence_parallel import backward_partials, dw_from_partials
 
@@ -69,7 +69,7 @@ def main():
                 graphs["F"] = capture(fused["bwd"])
                 row = {"H": H, "T": T, "residual": bool(res), "chunks": counts, "dx_same_bits": same_dx, "op_bits": op_bits,
                        **columns(measure(graphs, args.replays)),
-                       "bytes": (3 + (2 if r is not None else 0)) * T * H * x.element_size()}
+                       "bytes": logical_bytes("bwd", T, H, r is not None)}
                 us = row["us"]
                 rows.append(row)
                 print(f"H={H} T={T} res={res} chunks {counts['contract']} vs {counts['grown']}: contract "

@@ -47,7 +47,7 @@ constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
   return c;
 }
 // Rows from which the chunk count (and the workspace) stops growing: the first with
-// backward_chunks == max_chunks.
+// backward_chunks == max_chunks at widths 264..4096, one past it elsewhere (2 * cap - 1 already has it).
 constexpr int64_t backward_saturating_rows(int64_t hidden) {
   return holds_half_cap(hidden) ? kRowsPerChunkAtCap * (max_chunks(hidden) - 1) + 1
                                 : max_chunks(hidden) * kRowsPerChunkMin;
