@@ -20,10 +20,12 @@ from cake_rmsnorm.sequence_parallel import backward_partials, dw_from_partials
 
 
 def grown_chunks(rows, hidden):
-    """The former count: widths 264..4096 held half the cap, then grew one chunk per 32 rows."""
-    cap = 4096 if hidden <= 256 else 2048 if hidden <= 512 else 1024 if hidden <= 2048 else 512 if hidden <= 4096 else 256
+    """The former count: where the contract holds half the cap (its saturating rows past two a
+    chunk at the cap), half the cap, then one chunk per 32 rows up to the cap."""
+    sat = cr.saturating_workspace_rows(hidden)
+    cap = cr._lib.backward_chunks(sat, hidden)
     c = min(-(-rows // 2), cap)
-    if 256 < hidden <= 4096:
+    if sat > 2 * cap:
         c = min(c, max(-(-rows // 32), cap // 2))
     return c
 
@@ -56,12 +58,11 @@ def main():
                     return run
 
                 arms = {k: arm(v) for k, v in counts.items()}
-                outs = {k: f() for k, f in arms.items()}
+                outs = {k: backward_partials(gy, h, w, rstd, v, g_residual=gr) for k, v in counts.items()}
                 same_dx = torch.equal(outs["contract"][0], outs["grown"][0])
                 # The op (the user path's backward) runs the contract's count: its dx and FP32 dw bits.
                 dx_op, dw_op = cr.cake_rmsnorm_train_backward(gy, h, w, rstd, g_residual=gr)
-                part = backward_partials(gy, h, w, rstd, counts["contract"], g_residual=gr)[1]
-                op_bits = torch.equal(dx_op, outs["contract"][0]) and torch.equal(dw_op, dw_from_partials(part))
+                op_bits = torch.equal(dx_op, outs["contract"][0]) and torch.equal(dw_op, dw_from_partials(outs["contract"][1]))
                 user = make_cake_autograd(case)
                 fused = make_torch_fused(case)
                 graphs = {k: capture(f) for k, f in arms.items()}

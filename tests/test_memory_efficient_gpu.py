@@ -22,7 +22,7 @@ def _inputs(T, H, x_dt, y_dt, w_dt, gen, residual=False):
     x = torch.randn(T, H, generator=gen).to(x_dt)
     w = 1 + 0.3 * torch.randn(H, generator=gen)
     # Kept 1e-2 from zero: a draw inside FP16's rebuild range edge (|w| < 2^-14, about 0.6 % of
-    # H 10240 rows) gets the documented NaN, which torch.equal never matches (the NaN net's own tests).
+    # H 10240 draws) gets the documented NaN, which torch.equal never matches (the NaN net's own tests).
     w = torch.where(w.abs() < 1e-2, torch.full_like(w, 1e-2).copysign(w), w).to(w_dt)
     y, rstd = ops.fwd(x, w, EPS, None if y_dt == x_dt else y_dt)
     g = torch.randn(T, H, generator=gen).to(y_dt)
