@@ -103,7 +103,7 @@ def summarize(rows, path="autograd"):
         sel = [r for r in rows if r["op"] == op and r.get("path", "op") == path]
         ratios = []
         for r in sel:
-            peers = {k: v for k, v in r["us"].items() if k != "cake"}
+            peers = {k: v for k, v in r["us"].items() if k != "cake" and k not in r.get("wrong", {})}
             if peers:
                 k = min(peers, key=peers.get)
                 ratios.append((peers[k] / r["us"]["cake"], k, r))

@@ -6,7 +6,8 @@
 # device tool sets it); `benchmarks/heldout.py summary|cliffs` reads them.
 #   STEPS="build tests" scripts/gpu_plan.sh
 #   STEPS="build chunk_bits chunks_ab sweep" scripts/gpu_plan.sh
-#   STEPS="heldout" scripts/gpu_plan.sh
+#   STEPS="heldout" scripts/gpu_plan.sh         (or heldout_a, heldout_b: one half a call)
+#   STEPS="peer_check" scripts/gpu_plan.sh      (after scripts/gpu_peers.sh install)
 #   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
 #   STEPS="build cpu16" scripts/gpu_plan.sh
 #   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
@@ -25,7 +26,17 @@ step build python -m pip install --no-build-isolation --no-deps -e .
 step tests python -m pytest -q -x -p no:cacheprovider tests/test_plan.py tests/test_fill.py tests/test_golden_plans.py \
   tests/test_cpu_gpu_bits.py tests/test_wide_backward.py tests/test_tuning.py
 step heldout python -m cake_rmsnorm bench --shapes docs/perf/heldout/shapes.json --out "$LOG_DIR/heldout"
+# The held-out set in two halves (every other shape), each within one device call; then
+# `benchmarks/heldout.py summary` on the rows of both. peer_check: the residual shapes' backward
+# only, every arm held to FP64 first (bench.check), to see which peer moves every stream.
+half() { python3 -c "import json,sys; d=json.load(open('docs/perf/heldout/shapes.json')); \
+  json.dump([s for i, s in enumerate(d) if $1], open(sys.argv[1], 'w'))" "$2"; }
+half "s.get('residual')" /tmp/heldout-res.json; half "i % 2 == 0" /tmp/heldout-a.json; half "i % 2 == 1" /tmp/heldout-b.json
+step peer_check python -m cake_rmsnorm bench --shapes /tmp/heldout-res.json --ops bwd --replays 10 --out "$LOG_DIR/peer-check"
+step heldout_a python -m cake_rmsnorm bench --shapes /tmp/heldout-a.json --out "$LOG_DIR/heldout-a"
+step heldout_b python -m cake_rmsnorm bench --shapes /tmp/heldout-b.json --out "$LOG_DIR/heldout-b"
 step matrix python -m cake_rmsnorm bench --out "$LOG_DIR/matrix"
+step matrix_views python -m cake_rmsnorm bench --hidden 6144 --residual --per-head --out "$LOG_DIR/matrix-views"
 # dw's chunk count (contract.h backward_chunks: half the cap, then the cap in one step): its GPU =
 # CPU bits where it holds and doubles, and its time against the count that grew by one chunk per
 # 32 rows (paired, benchmarks/chunks_ab.py), then the fine sweep below for its cliffs.

@@ -60,7 +60,16 @@ def _autograd_ops(case, forward):
     def step():
         return grad(forward(x, w, r))
 
-    return {"fwd": fwd, "bwd": bwd, "step": step}
+    def outputs():  # one step's results by name, for bench.check (never timed)
+        out = forward(x, w, r)
+        outs = out if isinstance(out, tuple) else (out,)
+        g = grad(outs)
+        res = {"y": outs[0], "dx": g[0], "dw": g[-1]}
+        if r is not None:
+            res.update(h=outs[1], dr=g[1])
+        return res
+
+    return {"fwd": fwd, "bwd": bwd, "step": step, "outputs": outputs}
 
 
 def make_cake(case, deterministic=True):
@@ -89,7 +98,15 @@ def make_cake(case, deterministic=True):
         return cr.cake_rmsnorm_train_backward(case.gy, out[2] if case.residual else x, w, out[1], g_residual=gres,
                                               workspace=ws, dx=dx, dw=dw, deterministic=deterministic)
 
-    return {"fwd": fwd, "bwd": bwd, "step": step}
+    def outputs():  # one step's results by name, for bench.check (never timed)
+        out = fwd()
+        gx, gw = step()
+        res = {"y": out[0], "dx": gx.clone(), "dw": gw.clone()}
+        if case.residual:  # one gradient serves x and r: dr is dx
+            res.update(h=out[2], dr=res["dx"])
+        return res
+
+    return {"fwd": fwd, "bwd": bwd, "step": step, "outputs": outputs}
 
 
 def make_cake_autograd(case, deterministic=True):

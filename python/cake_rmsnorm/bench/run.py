@@ -12,6 +12,7 @@ import torch
 
 import cake_rmsnorm as cr
 
+from .check import TOL, check_arms
 from .peers import PEERS, Case, available_peers, make_cake, make_cake_autograd, make_floor, make_torch_fused
 from .timing import capture, measure
 
@@ -139,6 +140,10 @@ def run_gpu(args, on_row=lambda rows, missing: None):
                 impls[key] = maker(case)
             except Exception as e:  # a peer that cannot run this shape is left out of the row
                 print(f"\npeer {key} failed on {s}: {type(e).__name__}: {e}", file=sys.stderr)
+        worst, wrong = check_arms(case, impls)  # before any timing: a wrong arm times another op
+        for key, why in wrong.items():
+            print(f"\n{key} is wrong at {s}: {why}" + ("" if key.startswith("cake@") else
+                  "; timed, but left out of the best peer"), file=sys.stderr)
         floor = make_floor(case) if args.floor else None
         if floor is not None:
             impls[FLOOR] = floor
@@ -160,6 +165,8 @@ def run_gpu(args, on_row=lambda rows, missing: None):
         base["kernels"]["cake"] = sorted({n for k, v in res.items() if k.startswith("cake@") for n in v[2]})
         if floor_us is not None:
             base["floor_us"] = round(floor_us[0], 3)
+        base["check"] = worst  # each arm's worst rel-L2 error against FP64 (bench.check)
+        base["wrong"] = wrong
         rows += _rows_by_path(base, {k: round(v[0], 3) for k, v in res.items()},
                               {k: round(v[1], 3) for k, v in res.items()}, args.paths)
         on_row(rows, missing)
@@ -207,6 +214,9 @@ def run_cpu(args, on_row=lambda rows, missing: None):
         _progress(i, len(todo), f"cpu H={H} T={T}")
         case = Case(T, H, wdtype=wdtype, dtype=dtype, device="cpu")
         impls = dict(_cake_arms(case, args.paths), F=make_torch_fused(case))
+        worst, wrong = check_arms(case, impls)
+        for key, why in wrong.items():
+            print(f"\n{key} is wrong at H {H} T {T}: {why}", file=sys.stderr)
         for op in args.ops:
             for ops in impls.values():
                 ops[op]()
@@ -220,7 +230,7 @@ def run_cpu(args, on_row=lambda rows, missing: None):
                     blocks[name].append((time.perf_counter() - t0) / n * 1e6)
             us = {name: round(statistics.median(b), 2) for name, b in blocks.items()}
             base = {"op": op, "H": H, "T": T, "residual": False, "weight": args.weight, "dtype": args.dtype,
-                    "per_head": 0, "mode": "det",
+                    "per_head": 0, "mode": "det", "check": worst, "wrong": wrong,
                     "bytes": logical_bytes(op, T, H, False, ESIZE[args.dtype], ESIZE[args.weight])}
             for row in _rows_by_path(base, us, None, args.paths):
                 mine = blocks[f"cake@{row['path']}"]
@@ -234,8 +244,9 @@ def run_cpu(args, on_row=lambda rows, missing: None):
     return rows, {}
 
 
-def best_peer(us):
-    peers = {k: v for k, v in us.items() if k != "cake"}
+def best_peer(us, wrong=()):
+    """The fastest peer of a row's times, leaving out the arms bench.check found wrong."""
+    peers = {k: v for k, v in us.items() if k != "cake" and k not in wrong}
     if not peers:
         return None, None
     k = min(peers, key=peers.get)
@@ -253,7 +264,7 @@ def markdown(rows, title, ceiling=True):
     for r in rows:
         us = r["us"]["cake"]
         gbs = r["bytes"] / us / 1e3
-        k, pu = best_peer(r["us"])
+        k, pu = best_peer(r["us"], r.get("wrong", {}))
         route = "residual" if r["residual"] else (f"per-head x{r['per_head']}" if r["per_head"] else "plain")
         route += f", {r.get('path', 'op')}"
         if r.get("dtype", "bf16") != "bf16":
@@ -270,6 +281,11 @@ def markdown(rows, title, ceiling=True):
             fu = r.get("floor_us")
             line += f" {fu:.1f} | {r['bytes'] / fu / 1e3:.0f} |" if fu else " - | - |"
         lines.append(line)
+    wrong = [(r, arm, why) for r in rows for arm, why in r.get("wrong", {}).items()]
+    if wrong:
+        lines += ["", f"Arms wrong against FP64 (rel-L2 > {TOL}; timed, left out of the best peer):", ""]
+        lines += [f"- {arm} at {r['op']} H {r['H']} T {r['T']}{' residual' if r['residual'] else ''}: {why}"
+                  for r, arm, why in wrong]
     used = {}  # arm -> the distinct kernels it ran over these rows (GPU runs record them)
     for r in rows:
         for arm, names in r.get("kernels", {}).items():
@@ -452,6 +468,8 @@ def main(argv=None):
     on_row = lambda rows, missing: write_json(rows, missing, False)  # noqa: E731
     rows, missing = run_gpu(args, on_row) if gpu else run_cpu(args, on_row)
     write_json(rows, missing, True)
+    ours_wrong = sorted({f"{r['op']} H {r['H']} T {r['T']}" for r in rows
+                         if any(k.startswith("cake@") for k in r.get("wrong", {}))})
     md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}", ceiling=gpu)
     with open(args.out + ".md", "w") as f:
         f.write(md)
@@ -459,8 +477,12 @@ def main(argv=None):
     print(md)
     if gpu:
         for path in args.paths:
-            sp = [best_peer(r["us"])[1] / r["us"]["cake"] for r in rows if r["path"] == path and best_peer(r["us"])[0]]
+            best = [(r, best_peer(r["us"], r.get("wrong", {}))) for r in rows if r["path"] == path]
+            sp = [pu / r["us"]["cake"] for r, (k, pu) in best if k]
             if sp:
                 print(f"{path} path: geomean speedup over the best peer "
                       f"{math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x over {len(sp)} rows")
+    if ours_wrong:
+        print("cake_rmsnorm's own results failed the FP64 check at: " + "; ".join(ours_wrong), file=sys.stderr)
+        return 1
     return 0
