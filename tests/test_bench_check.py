@@ -94,3 +94,16 @@ def test_the_cpu_run_records_each_arms_check(tmp_path):
     assert main(["--ops", "bwd", "--hidden", "264", "--tokens", "9", "--threads", "1", "--out", out]) == 0
     rows = json.load(open(out + ".json"))["rows"]
     assert rows and all(set(r["check"]) >= {"cake@autograd", "cake@op", "F"} and r["wrong"] == {} for r in rows)
+
+
+def test_the_check_leaves_a_compiled_peer_timeable():
+    """The check's backward keeps the graph, as the timed bwd does, and torch.compile's arm
+    compiles without donated buffers: a backward with them refuses bwd's retain_graph."""
+    pytest.importorskip("torch._inductor")
+    from cake_rmsnorm.bench.peers import make_torch_compile
+    case = _case(True, T=16)
+    ops = make_torch_compile(case)
+    worst, wrong = check.check_arms(case, {"tc": ops})
+    assert not wrong
+    ops["bwd"]()
+    ops["bwd"]()

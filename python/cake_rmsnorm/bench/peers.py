@@ -63,7 +63,7 @@ def _autograd_ops(case, forward):
     def outputs():  # one step's results by name, for bench.check (never timed)
         out = forward(x, w, r)
         outs = out if isinstance(out, tuple) else (out,)
-        g = grad(outs)
+        g = grad(outs, retain_graph=True)  # as bwd() does: a compiled backward donates buffers otherwise
         res = {"y": outs[0], "dx": g[0], "dw": g[-1]}
         if r is not None:
             res.update(h=outs[1], dr=g[1])
@@ -142,7 +142,13 @@ def _eager_formula(x, w, r, eps):
 def make_torch_compile(case):
     torch._dynamo.config.recompile_limit = 1024
     fn = torch.compile(lambda x, w, r: _eager_formula(x, w, r, case.eps), dynamic=False)
-    return _autograd_ops(case, fn)
+
+    def forward(x, w, r):
+        # bwd replays one graph's backward (retain_graph), which a backward with donated buffers refuses
+        with torch._functorch.config.patch(donated_buffer=False):
+            return fn(x, w, r)
+
+    return _autograd_ops(case, forward)
 
 
 def make_liger(case):
