@@ -82,15 +82,15 @@ NCU_METRICS=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
 step peer_bytes bash -c "for s in '4096 55552' '8192 200' '8192 921'; do set -- \$s; \
   ncu --clock-control none --nvtx --nvtx-include 'qk/' --nvtx-include 'cake/' --metrics $NCU_METRICS \
   python benchmarks/peer_bytes.py --hidden \$1 --tokens \$2 --residual --weight fp32 || exit 1; done"
-# The backward at 4 vectors a thread: w read at each use (this tree) against w held in registers
-# (the tree with bwd_w_at_use's 4-vector clause off), plain and residual, BF16 and FP32 w, paired
+# The backward at 4 vectors a thread: w read at each use (this tree: FP32 w) against w held in
+# registers (the tree with bwd_w_at_use's 4-vector clause off), plain and residual, BF16 and FP32 w, paired
 # with F.rms_norm in each build; the tree and its build are restored after.
 python3 -c "import json; json.dump([dict(H=h, T=t, residual=r, weight=w) for h in (7168, 8192, 12288, 16384) \
   for t in (200, 921, 1385, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (200, 4096)], \
   open('/tmp/w-ab.json', 'w'))"
 W_AB="python -m cake_rmsnorm bench --shapes /tmp/w-ab.json --peers F --ops bwd --replays 12"
 step w_ab bash -c "$W_AB --out $LOG_DIR/w-ab-at-use && cp csrc/kernels/params.h /tmp/params.h.orig && \
-  sed -i 's/(dw_sums \&\& vpt >= 4)/(dw_sums \&\& false)/' csrc/kernels/params.h && grep -q 'dw_sums && false' csrc/kernels/params.h && \
+  sed -i 's/(dw_sums \&\& w_fp32 \&\& vpt >= 4)/(dw_sums \&\& w_fp32 \&\& false)/' csrc/kernels/params.h && grep -q 'w_fp32 && false' csrc/kernels/params.h && \
   python -m pip install -q --no-build-isolation --no-deps -e . && $W_AB --out $LOG_DIR/w-ab-held; rc=\$?; \
   cp /tmp/params.h.orig csrc/kernels/params.h; python -m pip install -q --no-build-isolation --no-deps -e .; exit \$rc"
 exit $status

@@ -176,7 +176,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   WVec<WT> wv[VPT];
   load_weights(wv, p.w, lane, tpr, nvec);
   auto w_of = [&](int k, float (&wf)[kVec]) {
-    if constexpr (bwd_w_at_use(FY, VPT, kDw)) {  // w from L1 at each use: its registers go elsewhere
+    if constexpr (bwd_w_at_use(FY, VPT, kDw, std::is_same<WT, float>::value)) {  // w from L1 at each use: its registers go elsewhere
       WVec<WT> w2;
       w2.load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
       w2.get_here(wf);

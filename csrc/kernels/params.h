@@ -146,11 +146,11 @@ constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024;
 // stream takes the room), which keeps 1 / w in registers.
 constexpr int kFromYWideVpt = 3;
 // Where the backward reads w at each use (from L1) instead of holding it in registers: from y at
-// kFromYWideVpt vectors, where 1 / w takes its registers, and at 4 vectors where the CTA keeps dw
-// sums (64 registers), which left the rest to spill (scripts/sass_schedule.py: 116 bytes a thread
-// at BF16 residual, 44 plain, with w held; 48 and 28 read at use).
-CAKE_HD constexpr bool bwd_w_at_use(bool from_y, int vpt, bool dw_sums) {
-  return (from_y && vpt >= kFromYWideVpt) || (dw_sums && vpt >= 4);
+// kFromYWideVpt vectors, where 1 / w takes its registers, and an FP32 w at 4 vectors where the CTA
+// keeps dw sums (64 registers): held, its 32 registers spilled 284 bytes a thread, and read at use
+// it ran 1.11-1.13x faster (BF16 w, 16 registers: 0.96-0.98x; docs/perf/runs/h100-w-at-use-*.md).
+CAKE_HD constexpr bool bwd_w_at_use(bool from_y, int vpt, bool dw_sums, bool w_fp32) {
+  return (from_y && vpt >= kFromYWideVpt) || (dw_sums && w_fp32 && vpt >= 4);
 }
 CAKE_HD constexpr size_t from_y_iw_bytes(int cta, int vpt) { return size_t(cta) * vpt * 8 * sizeof(float); }  // 8 a vector
 CAKE_HD constexpr bool from_y_iw_in_smem(bool from_y, int vpt, bool res) {
