@@ -107,3 +107,22 @@ def test_the_check_leaves_a_compiled_peer_timeable():
     assert not wrong
     ops["bwd"]()
     ops["bwd"]()
+
+
+def test_the_percent_column_is_of_the_runs_own_ceiling():
+    row = dict(op="bwd", H=4096, T=8, residual=False, per_head=0, path="autograd", bytes=3.35e6, us={"cake": 1.0})
+    assert "| 100 % |" in markdown([row], "t", ceiling=3.35)  # 3.35 TB/s is this card's 100 %
+    assert "| 79 % |" in markdown([row], "t")  # a run with no ceiling of its own: the H200's
+    assert "%" not in markdown([row], "t", ceiling=None)
+
+
+@needs_heldout
+def test_heldout_summary_prints_no_percent_without_a_ceiling(tmp_path, capsys):
+    m = load(HELDOUT)
+    row = dict(op="bwd", H=4096, T=16384, residual=False, path="autograd", bytes=1e9,
+               us={"cake": 300.0, "qk": 310.0})
+    run = tmp_path / "r.json"
+    for ceiling, shown in ((None, False), (3.35, True)):
+        run.write_text(json.dumps({"copy_TBps": ceiling, "rows": [row]}))
+        m.main(["summary", str(run)])
+        assert ("ceiling" in capsys.readouterr().out) == shown

@@ -14,11 +14,11 @@ import cake_rmsnorm as cr
 
 from .check import TOL, check_arms
 from .peers import PEERS, Case, available_peers, make_cake, make_cake_autograd, make_floor, make_torch_fused
-from .timing import capture, measure
+from .timing import capture, copy_ceiling_tbps, measure
 
 H_DEFAULT = [512, 1536, 2048, 4096, 5120, 6144]
 T_DEFAULT = [256, 1024, 4096, 16384, 65536]
-COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (read + written bytes)
+COPY_TBPS = 4.25  # the H200's device-to-device copy ceiling (read + written bytes), where a run measured none
 FLOOR = "floor"  # the traffic floor's key in a row (peers.make_floor), never a peer
 PATHS = ("autograd", "op")
 OPS = ("fwd", "bwd", "step")  # the user's path (the headline) and the functional op path
@@ -253,8 +253,9 @@ def best_peer(us, wrong=()):
     return k, peers[k]
 
 
-def markdown(rows, title, ceiling=True):
-    """The rows as a table; `ceiling` False (the CPU path) leaves out the H200 copy-ceiling column."""
+def markdown(rows, title, ceiling=COPY_TBPS):
+    """The rows as a table, with each row's % of `ceiling` TB/s (the run's measured copy ceiling);
+    `ceiling` None or False (the CPU path) leaves the column out."""
     floor = any("floor_us" in r for r in rows)
     extra = (" floor us | floor GB/s |", "---|---|") if floor else ("", "")
     ceil = (" % ceiling |", "---|") if ceiling else ("", "")
@@ -275,7 +276,7 @@ def markdown(rows, title, ceiling=True):
         if k and r.get("speedup_spread"):  # the CPU run: the paired blocks' lowest and highest ratio
             lo, hi = r["speedup_spread"]
             peer += f" ({lo:.2f}-{hi:.2f})"
-        pct = f"{100 * gbs / (COPY_TBPS * 1e3):.0f} % | " if ceiling else ""
+        pct = f"{100 * gbs / (ceiling * 1e3):.0f} % | " if ceiling else ""
         line = f"| {r['op']} | {r['H']} | {r['T']} | {route} | {us:.1f} | {gbs:.0f} | {pct}{peer} |"
         if floor:
             fu = r.get("floor_us")
@@ -296,7 +297,7 @@ def markdown(rows, title, ceiling=True):
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, path, ceiling=True):
+def plot(rows, path, ceiling=COPY_TBPS):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -318,12 +319,12 @@ def plot(rows, path, ceiling=True):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k,
                         linewidth=2.5 if k == "cake" else 1)
             if ceiling:
-                ax.axhline(COPY_TBPS * 1e3, color="k", linestyle="--", linewidth=0.8)
+                ax.axhline(ceiling * 1e3, color="k", linestyle="--", linewidth=0.8)
             ax.set_xscale("log", base=2)
             name = f"H={key[0]}" + (" res" if key[1] else "") + (f" x{key[2]} heads" if key[2] else "")
             ax.set_title(f"{op} {name}", fontsize=9)
             if ceiling:
-                ax.set_ylim(0, COPY_TBPS * 1e3 * 1.1)
+                ax.set_ylim(0, ceiling * 1e3 * 1.1)
             if j == 0:
                 ax.set_ylabel("GB/s")
             if i == len(ops) - 1:
@@ -454,7 +455,7 @@ def main(argv=None):
                                   "with F.rms_norm, the paired ratios' range beside it",
             "threads": args.threads}
     if gpu:
-        meta["copy_TBps"] = COPY_TBPS  # the H200's measured copy ceiling, for the % column
+        meta["copy_TBps"] = copy_ceiling_tbps()  # this card's copy ceiling, for the % column
     else:
         meta["not_honoured"] = cpu_ignored(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -470,10 +471,12 @@ def main(argv=None):
     write_json(rows, missing, True)
     ours_wrong = sorted({f"{r['op']} H {r['H']} T {r['T']}" for r in rows
                          if any(k.startswith("cake@") for k in r.get("wrong", {}))})
-    md = markdown(rows, f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}", ceiling=gpu)
+    ceiling = meta.get("copy_TBps")  # None on the CPU, or where the copy did not fit
+    title = f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}"
+    md = markdown(rows, title + (f"; % of this card's {ceiling} TB/s copy ceiling" if ceiling else ""), ceiling=ceiling)
     with open(args.out + ".md", "w") as f:
         f.write(md)
-    plot([r for r in rows if r["path"] == args.paths[0]], args.out + ".png", ceiling=gpu)  # the headline path
+    plot([r for r in rows if r["path"] == args.paths[0]], args.out + ".png", ceiling=ceiling)  # the headline path
     print(md)
     if gpu:
         for path in args.paths:

@@ -117,3 +117,26 @@ def write_rows(path, rows):
     """A paired run's rows as JSON, with the GPU and torch they ran on."""
     with open(path, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+def copy_ceiling_tbps(nbytes=2 << 30, reps=5):
+    """This device's copy ceiling, TB/s of read + written bytes: the best of `reps` device-to-device
+    copies of `nbytes` (2 GiB: 4 GiB moved), by CUDA events. The % column of a run divides by it,
+    so a card is held to its own memory, not another's; None where the buffers do not fit."""
+    try:
+        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+    except torch.OutOfMemoryError:
+        return None
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return round(2 * nbytes / best / 1e12, 3)
