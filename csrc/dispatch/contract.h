@@ -47,10 +47,10 @@ constexpr int64_t backward_chunks(int64_t rows, int64_t hidden) {
   return c;
 }
 // Rows from which the chunk count (and the workspace) stops growing: the first with
-// backward_chunks == max_chunks at widths 264..4096, one past it elsewhere (2 * cap - 1 already has it).
+// backward_chunks == max_chunks.
 constexpr int64_t backward_saturating_rows(int64_t hidden) {
   return holds_half_cap(hidden) ? kRowsPerChunkAtCap * (max_chunks(hidden) - 1) + 1
-                                : max_chunks(hidden) * kRowsPerChunkMin;
+                                : kRowsPerChunkMin * (max_chunks(hidden) - 1) + 1;
 }
 
 // ---- row groups ---------------------------------------------------------------------------
@@ -180,8 +180,7 @@ constexpr bool chunks_nondecreasing(int64_t hidden) {
     if (backward_chunks(r + 1, hidden) < c) return false;
     if (holds_half_cap(hidden) && c > cap / 2 && c != cap) return false;
   }
-  return backward_chunks(sat, hidden) == max_chunks(hidden) &&
-         (!holds_half_cap(hidden) || backward_chunks(sat - 1, hidden) < max_chunks(hidden));
+  return backward_chunks(sat, hidden) == max_chunks(hidden) && backward_chunks(sat - 1, hidden) < max_chunks(hidden);
 }
 static_assert(chunks_nondecreasing(256) && chunks_nondecreasing(512) && chunks_nondecreasing(1536) &&
                   chunks_nondecreasing(2048) && chunks_nondecreasing(4096) && chunks_nondecreasing(6144),

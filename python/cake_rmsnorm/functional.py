@@ -311,7 +311,7 @@ def cake_rmsnorm_train_backward(
 
 def saturating_workspace_rows(hidden: int) -> int:
     """Token count from which the backward workspace size for width ``hidden`` stops growing
-    (8192 for hidden <= 256, 65505 up to 512, 32737 up to 2048, 16353 up to 4096, 512 above).
+    (8191 for hidden <= 256, 65505 up to 512, 32737 up to 2048, 16353 up to 4096, 511 above).
     The size there is the largest any T needs."""
     _, hidden = _check_rows_hidden(0, hidden)
     return saturating_rows(hidden)
