@@ -25,13 +25,13 @@ VPTS = {"fwd": (1, 2, 3, 4, 6, 8), "bwd": (1, 2, 3, 4)}
 SMEM_LIMIT = 227 * 1024
 
 
-def ring_bytes(direction, cta, vpt, stages):
+def ring_bytes(direction, cta, vpt, stages, residual=False):
     if direction == "fwd":
-        return stages * vpt * cta * 16
-    return stages * cta * (2 * vpt * 16 + 4)
+        return stages * (2 if residual else 1) * vpt * cta * 16
+    return stages * cta * ((3 if residual else 2) * vpt * 16 + 4)
 
 
-def candidates(direction, H, ctas_per_sm, stage_list, rows_list, group_rows=(1,)):
+def candidates(direction, H, ctas_per_sm, stage_list, rows_list, group_rows=(1,), residual=False):
     nvec = H // 8
     out = []
     tpr = 1
@@ -43,7 +43,7 @@ def candidates(direction, H, ctas_per_sm, stage_list, rows_list, group_rows=(1,)
                 wide_ok = direction == "fwd" or cta <= BWD_NARROW_THREADS or vpt == 4
                 if 32 <= cta <= MAX_THREADS[direction] and (tpr <= 32 or rows < 16) and wide_ok:
                     for stages in stage_list:
-                        if ring_bytes(direction, cta, vpt, stages) > SMEM_LIMIT:
+                        if ring_bytes(direction, cta, vpt, stages, residual) > SMEM_LIMIT:
                             continue
                         for cps in ctas_per_sm:
                             for gr in group_rows if stages == 0 else (1,):
@@ -69,11 +69,11 @@ def one(direction, H, T, args):
         if direction == "fwd":
             cr.cake_rmsnorm_train_forward(x, w, 1e-6, residual=r, out=y, rstd=s, residual_out=h)
         else:
-            cr.cake_rmsnorm_train_backward(gy, x, w, rstd, dx=dx, dw=dw, workspace=ws)
+            cr.cake_rmsnorm_train_backward(gy, x, w, rstd, g_residual=r, dx=dx, dw=dw, workspace=ws)
 
     graphs = {"table": capture(call)}
     for tpr, cta, vpt, cps, stages, gr in candidates(direction, H, args.ctas_per_sm, args.stages, args.rows,
-                                                     args.group_rows):
+                                                     args.group_rows, args.residual):
         with program_override(key, tpr, cta, vpt, cps, stages, gr):
             try:
                 name = f"t{tpr}x{cta // tpr}_v{vpt}_s{stages}_c{cps}" + (f"_r{gr}" if gr > 1 else "")
@@ -99,7 +99,8 @@ def main():
                    help="row groups per CTA to try")
     p.add_argument("--group-rows", default="1", type=int_list,
                    help="rows a streaming row group takes (stages 0): 1, 4 (exact narrow groups)")
-    p.add_argument("--residual", action="store_true", help="forward: the residual route (x + r -> h_new)")
+    p.add_argument("--residual", action="store_true",
+                   help="the residual route: forward x + r -> h_new; backward with g_residual (h's gradient)")
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--top", type=int, default=3)
     p.add_argument("--out", default="sweep")

@@ -8,6 +8,7 @@
 #   STEPS="build chunk_bits chunks_ab sweep" scripts/gpu_plan.sh
 #   STEPS="heldout" scripts/gpu_plan.sh         (or heldout_a, heldout_b: one half a call)
 #   STEPS="peer_check" scripts/gpu_plan.sh      (after scripts/gpu_peers.sh install)
+#   STEPS="build res_sweep" scripts/gpu_plan.sh
 #   STEPS="build amp_tests amp_e2e" scripts/gpu_plan.sh
 #   STEPS="build cpu16" scripts/gpu_plan.sh
 #   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
@@ -82,6 +83,10 @@ NCU_METRICS=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
 step peer_bytes bash -c "for s in '4096 55552' '8192 200' '8192 921'; do set -- \$s; \
   ncu --clock-control none --nvtx --nvtx-include 'qk/' --nvtx-include 'cake/' --metrics $NCU_METRICS \
   python benchmarks/peer_bytes.py --hidden \$1 --tokens \$2 --residual --weight fp32 || exit 1; done"
+# The residual backward's programs at the widths where it trails Quack (h100-heldout-b9eedce: H 8192
+# and 12288 at T 200..1385): every CTA, ring depth and CTAs an SM against the table's, paired.
+step res_sweep python benchmarks/sweep_programs.py --direction bwd --residual --hidden 8192,12288,16384 \
+  --tokens 200,921,1385,8343 --ctas-per-sm 0,1,2 --stages 1,2,3 --rows 1,2 --replays 12 --out "$LOG_DIR/res-sweep"
 # The backward at 4 vectors a thread: w read at each use (this tree: FP32 w) against w held in
 # registers (the tree with bwd_w_at_use's 4-vector clause off), plain and residual, BF16 and FP32 w, paired
 # with F.rms_norm in each build; the tree and its build are restored after.
