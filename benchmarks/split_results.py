@@ -13,7 +13,7 @@ import argparse
 import json
 import math
 
-from cake_rmsnorm.bench.run import ESIZE, logical_bytes, markdown, plot
+from cake_rmsnorm.bench.run import COPY_TBPS, ESIZE, best_peer, logical_bytes, markdown, plot
 
 
 def main():
@@ -25,7 +25,7 @@ def main():
     for path in args.runs:
         run = json.load(open(path))
         if meta is None:
-            meta = {k: run[k] for k in ("gpu", "torch", "copy_TBps", "timing")}
+            meta = {k: run.get(k, COPY_TBPS if k == "copy_TBps" else None) for k in ("gpu", "torch", "copy_TBps", "timing")}
         for r in run["rows"]:
             key = (r["op"], r["H"], r["T"], r["residual"], r["weight"], r["per_head"], r["mode"], r.get("path", "op"))
             if key in seen:  # the first run listed owns a shape
@@ -36,6 +36,9 @@ def main():
             row["dtype"] = r.get("dtype", "bf16")
             if "floor_us" in r:  # the traffic floor (bench --floor), a reference and not a peer
                 row["floor_us"] = r["floor_us"]
+            for k in ("check", "wrong"):  # bench.check's results: a wrong peer stays out of the best
+                if k in r:
+                    row[k] = r[k]
             row["run"] = path.rsplit("/", 1)[-1]
             (fwd if r["op"] == "fwd" else bwd).append(row)
     for name, rows in (("forward", fwd), ("backward", bwd)):
@@ -46,12 +49,12 @@ def main():
                                              ESIZE[r["dtype"]], ESIZE[r["weight"]])) for r in rows]
         title = f"{meta['gpu']}, torch {meta['torch']}, {meta['timing']}; from {', '.join(args.runs)}"
         with open(f"{args.out}-{name}.md", "w") as f:
-            f.write(markdown(sized, title))
+            f.write(markdown(sized, title, ceiling=meta["copy_TBps"]))
         headline = [r for r in sized if r["path"] == "autograd"] or sized  # one curve an arm
-        plot(headline, f"{args.out}-{name}.png")
+        plot(headline, f"{args.out}-{name}.png", ceiling=meta["copy_TBps"])
         for op, path in sorted({(r["op"], r["path"]) for r in rows}):
-            sel = [r for r in rows if r["op"] == op and r["path"] == path]
-            ratios = [min(v for k, v in r["us"].items() if k != "cake") / r["us"]["cake"] for r in sel]
+            sel = [r for r in rows if r["op"] == op and r["path"] == path and best_peer(r["us"], r.get("wrong", {}))[0]]
+            ratios = [best_peer(r["us"], r.get("wrong", {}))[1] / r["us"]["cake"] for r in sel]
             small = [x for x, r in zip(ratios, sel) if r["T"] <= 4096]
             gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")  # noqa: E731
             print(f"{op} ({path} path): {len(sel)} rows, geomean vs best peer {gm(ratios):.3f}x (T<=4096 {gm(small):.3f}x), "

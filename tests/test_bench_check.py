@@ -126,3 +126,38 @@ def test_heldout_summary_prints_no_percent_without_a_ceiling(tmp_path, capsys):
         run.write_text(json.dumps({"copy_TBps": ceiling, "rows": [row]}))
         m.main(["summary", str(run)])
         assert ("ceiling" in capsys.readouterr().out) == shown
+
+
+def _wrong_formula(case, rstd=True, mean=True):
+    """A plain arm that skips rstd (y = x w) or the mean term of dx, differentiated by autograd."""
+    def forward(x, w, r):
+        xf = x.float()
+        s = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + case.eps) if rstd else torch.ones_like(xf[..., :1])
+        if not mean:  # the mean term lives in rstd's gradient: cut it
+            s = s.detach()
+        return (xf * s * w.float()).to(x.dtype)
+    return _autograd_ops(case, forward)
+
+
+@pytest.mark.parametrize("H", [264, 4096])
+def test_an_arm_that_skips_rstd_or_the_mean_term_is_wrong(H):
+    """The bench's data (rows of unequal scale, g partly x's draw) makes either slip large at
+    every width, where unit-scale rows of independent g hid them above H 1250 and 2500."""
+    case = _case(False, T=64, H=H)
+    worst, wrong = check.check_arms(case, {"F": make_torch_fused(case), "no_rstd": _wrong_formula(case, rstd=False),
+                                           "no_mean": _wrong_formula(case, mean=False)})
+    assert set(wrong) == {"no_rstd", "no_mean"}, (worst, wrong)
+    assert wrong["no_mean"].startswith("dx ") and min(worst["no_rstd"], worst["no_mean"]) > 10 * check.TOL
+
+
+def test_a_nan_in_any_field_fails():
+    case = _case(False)
+    ops = make_torch_fused(case)
+    inner = ops["outputs"]
+
+    def nan_dw():
+        out = inner()
+        out["dw"][3] = float("nan")
+        return out
+    worst, wrong = check.check_arms(case, {"nan": dict(ops, outputs=nan_dw)})
+    assert wrong["nan"].startswith("dw rel-L2 nan")

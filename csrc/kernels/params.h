@@ -15,7 +15,8 @@ namespace cake {
 // CTA size caps the kernels are compiled for (__launch_bounds__): 512 threads leave 128
 // registers a thread to the forward; the backward asks for two 256-thread CTAs an SM (128
 // registers), which holds w and the compensated dw sums of up to 3 vectors spill-free (ptxas
-// -v); VPT 4 (rows of 7168 and wider) and the forward's VPT 8 spill a few hundred bytes.
+// -v); at VPT 4 (rows of 7168 and wider) the backward spills 28-48 bytes a thread (FP32 w read
+// at each use: bwd_w_at_use), and the forward's VPT 8 a few hundred.
 constexpr int kMaxFwdThreads = 512;
 constexpr int kMaxBwdThreads = 256;
 constexpr int kBwdMinBlocks = 2;

@@ -127,7 +127,7 @@ def run_gpu(args, on_row=lambda rows, missing: None):
     peers, missing = available_peers(args.peers)
     for reason in missing.values():
         print(f"skipped peer: {reason}", file=sys.stderr)
-    rows = []
+    rows, checked = [], {}
     todo = [(s, op) for s in shapes(args) for op in args.ops]
     wdtype, dtype = _dtypes(args)
     for i, (s, op) in enumerate(todo):
@@ -140,10 +140,14 @@ def run_gpu(args, on_row=lambda rows, missing: None):
                 impls[key] = maker(case)
             except Exception as e:  # a peer that cannot run this shape is left out of the row
                 print(f"\npeer {key} failed on {s}: {type(e).__name__}: {e}", file=sys.stderr)
-        worst, wrong = check_arms(case, impls)  # before any timing: a wrong arm times another op
-        for key, why in wrong.items():
-            print(f"\n{key} is wrong at {s}: {why}" + ("" if key.startswith("cake@") else
-                  "; timed, but left out of the best peer"), file=sys.stderr)
+        shape = tuple(sorted(s.items(), key=lambda kv: kv[0]))
+        if shape not in checked:  # once a shape, before any timing: a wrong arm times another op
+            checked[shape] = check_arms(case, impls)
+            torch.cuda.empty_cache()
+            for key, why in checked[shape][1].items():
+                print(f"\n{key} is wrong at {s}: {why}" + ("" if key.startswith("cake@") else
+                      "; timed, but left out of the best peer"), file=sys.stderr)
+        worst, wrong = checked[shape]
         floor = make_floor(case) if args.floor else None
         if floor is not None:
             impls[FLOOR] = floor

@@ -127,6 +127,8 @@ def copy_ceiling_tbps(nbytes=2 << 30, reps=5):
         src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
     except torch.OutOfMemoryError:
+        src = None
+        torch.cuda.empty_cache()
         return None
     dst.copy_(src)
     best = float("inf")
