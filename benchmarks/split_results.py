@@ -25,7 +25,8 @@ def main():
     for path in args.runs:
         run = json.load(open(path))
         if meta is None:
-            meta = {k: run.get(k, COPY_TBPS if k == "copy_TBps" else None) for k in ("gpu", "torch", "copy_TBps", "timing")}
+            meta = {k: run[k] for k in ("gpu", "torch", "timing")}
+            meta["copy_TBps"] = run.get("copy_TBps", COPY_TBPS)  # None: the card's ceiling was not measured
         for r in run["rows"]:
             key = (r["op"], r["H"], r["T"], r["residual"], r["weight"], r["per_head"], r["mode"], r.get("path", "op"))
             if key in seen:  # the first run listed owns a shape
@@ -53,8 +54,9 @@ def main():
         headline = [r for r in sized if r["path"] == "autograd"] or sized  # one curve an arm
         plot(headline, f"{args.out}-{name}.png", ceiling=meta["copy_TBps"])
         for op, path in sorted({(r["op"], r["path"]) for r in rows}):
-            sel = [r for r in rows if r["op"] == op and r["path"] == path and best_peer(r["us"], r.get("wrong", {}))[0]]
-            ratios = [best_peer(r["us"], r.get("wrong", {}))[1] / r["us"]["cake"] for r in sel]
+            best = [(r, best_peer(r["us"], r.get("wrong", {}))[1]) for r in rows if r["op"] == op and r["path"] == path]
+            sel = [r for r, pu in best if pu]
+            ratios = [pu / r["us"]["cake"] for r, pu in best if pu]
             small = [x for x, r in zip(ratios, sel) if r["T"] <= 4096]
             gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")  # noqa: E731
             print(f"{op} ({path} path): {len(sel)} rows, geomean vs best peer {gm(ratios):.3f}x (T<=4096 {gm(small):.3f}x), "
