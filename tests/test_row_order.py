@@ -151,7 +151,7 @@ def leaves_bwd(g, w, x, rstd, fp32):
                                      (40960, torch.bfloat16), (1000, torch.float32), (6144, torch.float32)])
 def test_cpu_rows_follow_the_kernels_order(H, dtype, gen):
     fp32 = dtype == torch.float32
-    T = 8
+    T = 8 if H <= 2048 else 2  # exact arithmetic costs a row's width; the order is the width's, not the row's
     x = make_rows(T, H, dtype, "cpu", 1.0, None, 0, gen).contiguous()
     g = make_rows(T, H, dtype, "cpu", 1.0, None, 0, gen).contiguous()
     w = make_weight(H, torch.float32, "cpu", gen)
