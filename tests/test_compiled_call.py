@@ -85,6 +85,39 @@ def test_dynamic_token_counts_keep_the_binding(gen):
     assert "cake_rmsnorm._lowering.fwd_out(" in "\n".join(codes)
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("weight_grad", [True, False])
+def test_backward_gets_g_in_rows_it_walks(device, weight_grad, gen, monkeypatch):
+    """A norm's g that arrives heads outermost (the QK norms' after RoPE's backward: here a
+    transpose) is written dense by its producer for the compiled backward, so the op has no copy
+    to make; the gradients stay eager's bits."""
+    from cake_rmsnorm import _lowering
+    if not _lowering.install():
+        pytest.skip("the compiled call is inductor's own fallback here")
+    seen = []
+    for name in ("bwd", "bwd_out"):
+        body = getattr(_lowering, name)
+        monkeypatch.setattr(_lowering, name, lambda *a, _body=body: (seen.append(a[0]), _body(*a))[1])
+
+    def fn(x, w, m):  # x [B, S, heads, D]; a pointwise op and a matmul on [B, heads, S, D], as RoPE and attention
+        return (cr.cake_rmsnorm(x, w, 1e-6).transpose(1, 2) * 1.5) @ m
+
+    x = torch.randn(2, 9, 4, H, generator=gen).bfloat16().to(device).requires_grad_()
+    w = (1 + 0.1 * torch.randn(H, generator=gen)).bfloat16().to(device).requires_grad_(weight_grad)
+    args = x, w, torch.randn(H, H, generator=gen).bfloat16().to(device)
+    eager = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False):
+        out = torch.compile(fn, fullgraph=True)(*args)
+        out.float().sum().backward()
+    ref = fn(*eager)
+    ref.float().sum().backward()
+    assert torch.equal(out, ref)
+    for a, b in zip(args, eager):
+        assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+    assert [tuple(g.stride()) for g in seen] == [(9 * 4 * H, 4 * H, H, 1)]  # dense, not heads outermost
+
+
 def test_the_opt_out_keeps_inductors_fallback():
     script = ("import torch, cake_rmsnorm as cr\n"
               "from torch._inductor.utils import run_and_get_code\n"

@@ -4,7 +4,9 @@ Left alone, inductor lowers each op to a fallback whose wrapper line calls
 ``torch.ops.cake_rmsnorm.<op>.default``: argument parsing against the schema, the dispatcher and
 the stable ABI's boxing, every call of every compiled step. This module registers a lowering for
 each functional op that builds the same fallback node (the same fake outputs, layout constraint
-and buffers) and only names another callable on its wrapper line, ``cake_rmsnorm._lowering.<op>``:
+and buffers, but a backward's g that the kernels cannot walk in place, which its producer is asked
+to write dense instead of the op copying it) and only names another callable on its wrapper line,
+``cake_rmsnorm._lowering.<op>``:
 the direct binding (``_direct``), which runs the same op bodies, so the bits are the registered
 op's. Where an out op computes the same result, the line calls it on buffers inductor plans
 itself (``fwd_out``, ``fwd_residual_out``, ``bwd_out``), so a dead buffer of the graph can be reused
@@ -187,9 +189,62 @@ def _make_lowerings():
             return pytree.tree_map(wrap, result)
         return handler
 
+    dense = getattr(ir.ExternKernel, "require_contiguous_strides", ir.ExternKernel.require_contiguous)
+    exact = getattr(lowering, "constrain_to_fake_tensors", None)
+
+    def apply(base, n, args, kwargs):
+        """The tag's constraint as inductor applies it (graph.py: exact strides from the node's
+        eager input values, where it has them; none without)."""
+        if base is None:
+            return args, kwargs
+        if base is not exact:
+            return base(n, *args, **kwargs)
+        if "eager_input_vals" not in n.meta:
+            return args, kwargs
+        norm = torch.fx.operator_schemas.normalize_function
+        fake_args, fake_kwargs = norm(n.target, *n.meta["eager_input_vals"])
+        args, kwargs = norm(n.target, args, kwargs)
+        return base(args, kwargs, fake_args, fake_kwargs)
+
+    def g_rows(base):
+        """The backward's constraint: the tag's for every input, but a g the kernels cannot walk in
+        place (as RoPE's backward leaves the QK norms' g: heads outermost) is asked for dense, so
+        its producer writes it so instead of the op copying it (eager still copies)."""
+        def constraint(n, *args, **kwargs):
+            eager = n.meta.get("eager_input_vals")
+            fake = eager[0][0] if eager and eager[0] else getattr(n.args[0], "meta", {}).get("val")
+            if not args or not isinstance(args[0], ir.IRNode) or not isinstance(fake, torch.Tensor) \
+                    or walkable(fake):
+                return apply(base, n, args, kwargs)
+            rest, kwargs = apply(base, n, (None, *args[1:]), kwargs)
+            return (dense(args[0]), *rest[1:]), kwargs
+        return constraint
+
     out = {}
     for name in OPS:
         op = getattr(torch.ops.cake_rmsnorm, name).default
         tag = lowering.get_layout_constraint_tag(op, with_default=True)
-        out[op] = (lowering.tag_to_layout_constraint(tag), lowering_of(op))
+        constraint = lowering.tag_to_layout_constraint(tag)
+        out[op] = (g_rows(constraint) if name in ("bwd", "bwd_dx") else constraint, lowering_of(op))
     return out
+
+
+def walkable(t):
+    """Rows the kernels walk in place (op_common.h kernel_row_stride, but the CUDA alignment, which
+    a fake tensor cannot tell): a unit feature stride and leading dimensions contiguous with one
+    another, rows not overlapping."""
+    if t.dim() == 0 or t.numel() == 0:
+        return True
+    hidden = t.shape[-1]
+    if hidden > 1 and t.stride(-1) != 1:
+        return False
+    rs = inner = None
+    for size, stride in reversed(list(zip(t.shape[:-1], t.stride()[:-1]))):
+        if size == 1:
+            continue
+        if rs is None:
+            rs = stride
+        elif stride != inner[0] * inner[1]:
+            return False
+        inner = (stride, size)
+    return rs is None or rs >= hidden
