@@ -191,20 +191,22 @@ def _make_lowerings():
 
     dense = getattr(ir.ExternKernel, "require_contiguous_strides", ir.ExternKernel.require_contiguous)
     exact = getattr(lowering, "constrain_to_fake_tensors", None)
+    exact_one = getattr(lowering, "constrain_to_fake_tensor", None)
 
     def apply(base, n, args, kwargs):
         """The tag's constraint as inductor applies it (graph.py: exact strides from the node's
-        eager input values, where it has them; none without)."""
+        eager input values where it has them, none without), on the arguments as given."""
         if base is None:
             return args, kwargs
         if base is not exact:
             return base(n, *args, **kwargs)
-        if "eager_input_vals" not in n.meta:
+        if "eager_input_vals" not in n.meta or exact_one is None:
             return args, kwargs
-        norm = torch.fx.operator_schemas.normalize_function
-        fake_args, fake_kwargs = norm(n.target, *n.meta["eager_input_vals"])
-        args, kwargs = norm(n.target, args, kwargs)
-        return base(args, kwargs, fake_args, fake_kwargs)
+        fakes = torch.fx.operator_schemas.normalize_function(
+            n.target, *n.meta["eager_input_vals"], normalize_to_only_use_kwargs=True).kwargs
+        names = [a.name for a in n.target._schema.arguments]
+        return (tuple(exact_one(a, fakes.get(names[i])) for i, a in enumerate(args)),
+                {k: exact_one(v, fakes.get(k)) for k, v in kwargs.items()})
 
     def g_rows(base):
         """The backward's constraint: the tag's for every input, but a g the kernels cannot walk in
