@@ -118,6 +118,19 @@ def test_backward_gets_g_in_rows_it_walks(device, weight_grad, gen, monkeypatch)
     assert [tuple(g.stride()) for g in seen] == [(9 * 4 * H, 4 * H, H, 1)]  # dense, not heads outermost
 
 
+def test_walkable_is_the_kernels_row_rule():
+    """_lowering.walkable follows op_common.h kernel_row_stride (alignment aside): a slice of
+    whole rows (outermost) or of each row's leading features is walked in place; heads
+    outermost, a slice of the heads or of a middle dim, a strided feature dim are not."""
+    from cake_rmsnorm._lowering import walkable
+    x = torch.empty(2, 9, 4, H)
+    assert walkable(x) and walkable(x[1:]) and walkable(x.view(18, 4, H)[5:])
+    assert walkable(torch.empty(2, 9, 4, 2 * H)[..., :H])
+    assert walkable(torch.empty(1, 1, H)) and walkable(torch.empty(0, H)) and walkable(x[:1, :1])
+    assert not walkable(x.transpose(1, 2).contiguous().transpose(1, 2))  # RoPE's backward: heads outermost
+    assert not walkable(x[:, :, :2]) and not walkable(x[:, 3:]) and not walkable(torch.empty(H, 2)[:, 0])
+
+
 def test_the_opt_out_keeps_inductors_fallback():
     script = ("import torch, cake_rmsnorm as cr\n"
               "from torch._inductor.utils import run_and_get_code\n"

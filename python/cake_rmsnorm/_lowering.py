@@ -214,7 +214,7 @@ def _make_lowerings():
         its producer writes it so instead of the op copying it (eager still copies)."""
         def constraint(n, *args, **kwargs):
             eager = n.meta.get("eager_input_vals")
-            fake = eager[0][0] if eager and eager[0] else getattr(n.args[0], "meta", {}).get("val")
+            fake = eager[0][0] if eager and eager[0] else getattr(n.args[0] if n.args else None, "meta", {}).get("val")
             if not args or not isinstance(args[0], ir.IRNode) or not isinstance(fake, torch.Tensor) \
                     or walkable(fake):
                 return apply(base, n, args, kwargs)
@@ -234,19 +234,21 @@ def _make_lowerings():
 def walkable(t):
     """Rows the kernels walk in place (op_common.h kernel_row_stride, but the CUDA alignment, which
     a fake tensor cannot tell): a unit feature stride and leading dimensions contiguous with one
-    another, rows not overlapping."""
-    if t.dim() == 0 or t.numel() == 0:
+    another, rows not overlapping. Symbolic sizes decide only where they are known without a new
+    guard; an undecided layout counts as walkable (the op copies what it cannot walk)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+    if t.dim() == 0 or known(t.numel() == 0):
         return True
     hidden = t.shape[-1]
-    if hidden > 1 and t.stride(-1) != 1:
+    if known(hidden > 1) and known(t.stride(-1) != 1):
         return False
     rs = inner = None
     for size, stride in reversed(list(zip(t.shape[:-1], t.stride()[:-1]))):
-        if size == 1:
+        if known(size == 1):
             continue
         if rs is None:
             rs = stride
-        elif stride != inner[0] * inner[1]:
+        elif known(stride != inner[0] * inner[1]):
             return False
         inner = (stride, size)
-    return rs is None or rs >= hidden
+    return rs is None or not known(rs < hidden)
