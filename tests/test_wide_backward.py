@@ -1,7 +1,8 @@
 """The backward's wide rows (wider than 10240 elements): one 512-thread group a CTA
 (programs.h, backward_program; backward.cuh, rmsnorm_bwd_wide_kernel). dw has the bits of the
 256-thread group, whose products and per-chunk order are the same; dx is held to the FP64
-reference, and a row's dx does not depend on T."""
+reference, and a row's dx does not depend on T: up to 12288 the row kernel holds 3 vectors a
+thread and the one launch 4, one order (params.h, bwd_wide_held_vectors)."""
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ def test_plan_names_the_wide_group():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H", [10248, 12800, 16384, 20480])
+@pytest.mark.parametrize("H", [10248, 12288, 12800, 16384, 20480])
 @pytest.mark.parametrize("T", [1, 3, 130, 4097])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("dtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
@@ -61,7 +62,7 @@ def test_wide_rows_match_the_reference_and_the_narrower_groups_dw(H, T, residual
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("H", [12800, 20480])
+@pytest.mark.parametrize("H", [10248, 12288, 12800, 20480])
 def test_wide_rows_dx_does_not_depend_on_T(H, gen):
     """A row's dx is the same in a call of 3 rows (the one launch), of 5000 (persistent chunks
     of the main kernel) and through autograd at 64 rows (whose dw comes back in w's dtype)."""

@@ -103,7 +103,7 @@ const void* bwd_from_y(const KernelKey& k) {
   if constexpr (compiled(key(Family::kBwdOne)))
     if (k.family == Family::kBwdOne) return address(rmsnorm_bwd_one_kernel<T, WT, RES, VPT, 0, true>);
   if constexpr (compiled(key(Family::kBwdWide)))
-    if (k.family == Family::kBwdWide) return address(rmsnorm_bwd_wide_kernel<T, WT, RES, true>);
+    if (k.family == Family::kBwdWide) return address(rmsnorm_bwd_wide_kernel<T, WT, RES, true, VPT>);
   if constexpr (compiled(key(Family::kBwdOneWide)))
     if (k.family == Family::kBwdOneWide) return address(rmsnorm_bwd_one_wide_kernel<T, WT, RES, true>);
   return nullptr;
@@ -137,7 +137,8 @@ const void* bwd_route(const KernelKey& k) {
       if (k.tpr == 4) return bwd_warp_chunks<T, WT, RES, VPT, 4>();
       return k.tpr == 8 ? bwd_warp_chunks<T, WT, RES, VPT, 8>() : nullptr;
     case Family::kBwdWide:
-      if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdWide))) return address(rmsnorm_bwd_wide_kernel<T, WT, RES>);
+      if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdWide)))
+        return address(rmsnorm_bwd_wide_kernel<T, WT, RES, false, VPT>);
       return nullptr;
     case Family::kBwdOneWide:
       if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdOneWide)))

@@ -131,7 +131,7 @@ constexpr bool backward_wide(int hidden) {
   return hidden > kGroupRule.bwd_wide_above && hidden > kMaxBwdTpr * 4 * 8;
 }
 constexpr Group backward_group(int hidden) {
-  if (backward_wide(hidden)) return Group{kMaxBwdWideThreads, 4};
+  if (backward_wide(hidden)) return Group{kMaxBwdWideThreads, kBwdWideVpt};
   return row_group(hidden, kGroupRule.bwd_vpt_target, kMaxBwdTpr, kBwdVpts, kNumBwdVpts);
 }
 // FP32 activations (kernels/fp32_rows.cuh): threads a row.

@@ -108,9 +108,10 @@ constexpr bool compiled(const KernelKey& k) {
         return false;
       return k.tpr == 0 || (k.tpr == 32 && exact_group(32, k.vectors, true)) ||
              (k.tpr == 16 && !k.pair && exact_group(16, k.vectors, true));
-    case Family::kBwdWide:
+    case Family::kBwdWide:  // held vectors: 3 up to 12288 elements, else 4 (params.h, bwd_wide_held_vectors)
     case Family::kBwdOneWide:
-      return dtypes16(k) && k.vectors == 4 && k.tpr == 0 && plain_rest(k) && k.sync == GroupSync::kNamed;
+      return dtypes16(k) && (k.vectors == kBwdWideVpt || (k.vectors == 3 && k.family == Family::kBwdWide)) &&
+             k.tpr == 0 && plain_rest(k) && k.sync == GroupSync::kNamed;
     case Family::kBwdWarpChunks:
       return dtypes16(k) && warp_chunks_instance(k.tpr, k.vectors) && plain_rest(k) && k.sync == GroupSync::kNamed;
     case Family::kFp32Fwd:

@@ -214,11 +214,13 @@ constexpr KernelKey backward_key(Family f, const BwdCall& c, int vectors) {
   return KernelKey{f, c.x, c.x, c.w, c.residual, vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false, kAsX, c.from_y};
 }
 // The backward's row kernel for a program (or its pair twin): the exact group's instance where
-// the plan says so, the wide rows' CTAs at VPT 4 past kMaxBwdThreads.
+// the plan says so, the wide rows' CTAs past kMaxBwdThreads, holding the vectors the row fills
+// (params.h, bwd_wide_held_vectors; the key's vectors, which size the ring).
 constexpr KernelKey rows_key(const BwdCall& c, const Program& p, bool constant_width, bool pair) {
   KernelKey k = backward_key(Family::kBwdRows, c, p.vpt);
-  if (p.vpt == 4 && !pair && p.cta > kMaxBwdThreads) {
+  if (p.vpt == kBwdWideVpt && !pair && p.cta > kMaxBwdThreads) {
     k.family = Family::kBwdWide;
+    k.vectors = bwd_wide_held_vectors(static_cast<int>(c.hidden));
     return k;
   }
   k.pair = pair;
@@ -247,6 +249,7 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
     b.one_launch = true;
     KernelKey k = rows_key(c, b.program, b.constant_width, false);
     k.family = k.family == Family::kBwdWide ? Family::kBwdOneWide : Family::kBwdOne;
+    k.vectors = b.program.vpt;  // the one launch's wide CTAs hold all 4 (their dx pass spills nothing)
     b.key = k;
     b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual, c.from_y);
     b.dx_ctas = one_launch_dx_ctas(b.program, c.rows);
@@ -281,10 +284,11 @@ constexpr BwdPlan plan_backward(const BwdCall& c, const Program& table, const Bw
   b.key = rows_key(c, b.program, b.constant_width, b.pair);
   const int units = b.program.cta / b.program.tpr / (b.pair ? 2 : 1);  // chunks a CTA takes at a time
   const int64_t wanted = ceil_div(c.chunks, units);
-  while (b.program.stages > 1 && backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual,
-                                                     c.from_y) > lim.smem_per_cta)
+  const int held = b.key.vectors;  // the program's VPT, or fewer for the wide rows (rows_key)
+  while (b.program.stages > 1 && backward_smem_bytes(b.program.cta, held, b.program.stages, c.residual, c.from_y) >
+                                     lim.smem_per_cta)
     --b.program.stages;  // from y: 1 / w beside the ring (the ring alone fits: programs.h, shaped)
-  b.smem = backward_smem_bytes(b.program.cta, b.program.vpt, b.program.stages, c.residual, c.from_y);
+  b.smem = backward_smem_bytes(b.program.cta, held, b.program.stages, c.residual, c.from_y);
   int64_t resident = ask_resident(d, b.key, b.program.cta, b.smem);
   b.smem_ready = d.resident != nullptr;
   // Every resident CTA at the table's ring: fewer CTAs an SM with a deeper ring, and a deeper ring

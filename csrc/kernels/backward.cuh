@@ -149,7 +149,9 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 // taken once a CTA (the memory-efficient backward; runtime widths, no pairs: kernel_key.h); the
 // plan gives FY's launches backward_smem_bytes(..., from_y) (the ring, rstd, then 1 / w).
 // The one-launch kernel's row CTAs (kDw false) take FY too (backward_small.cuh).
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool FY = false>
+// kOrder > VPT: the group's order has kOrder vectors a thread, the last kOrder - VPT always past
+// the row (params.h, bwd_wide_held_vectors): held as VPT, summed as kOrder.
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool FY = false, int kOrder = VPT>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
   static_assert(!FY || (!PAIR && kTpr == 0), "the backward from y: the row kernels at runtime widths");
   constexpr bool kExact = kTpr > 0;
@@ -289,7 +291,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         } else
           part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
-      float dot = tree_sum(part);
+      float dot = tree_sum_padded<kOrder>(part);
 #pragma unroll 1
       for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec];
@@ -438,10 +440,11 @@ __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_ker
 // The wide rows' instance (params.h, kMaxBwdWideThreads): CTAs of up to 512 threads, VPT 4,
 // the same body. A 512-thread group holds rows up to 16384 elements in its ring, where a
 // 256-thread group read the columns past 8192 directly, twice, and swept them again for dw.
-template <typename T, typename WT, bool RES, bool FY = false>
+// VPT 3: rows up to 12288, held as 3 vectors a thread, summed as 4 (bwd_wide_held_vectors).
+template <typename T, typename WT, bool RES, bool FY = false, int VPT = kBwdWideVpt>
 __global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_wide_kernel(const BwdParams p) {
   pdl_launch_dependents();
-  bwd_rows<T, WT, RES, 4, false, 0, true, FY>(p, blockIdx.x, gridDim.x);
+  bwd_rows<T, WT, RES, VPT, false, 0, true, FY, kBwdWideVpt>(p, blockIdx.x, gridDim.x);
 }
 
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,

@@ -100,6 +100,16 @@ template <int N>
 __device__ __forceinline__ float tree_sum(const float (&v)[N]) {
   return Tree<N>::sum(v);
 }
+// Tree<N>'s sum of M values and N - M zeros, the zeros added as a group's vectors past the row
+// add theirs (not folded away: v + 0 is not v for v = -0): the bits of the N-vector group.
+template <int N, int M>
+__device__ __forceinline__ float tree_sum_padded(const float (&v)[M]) {
+  static_assert(N >= M, "a group holds at most its order's vectors");
+  float a[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = i < M ? v[i] : 0.f;
+  return Tree<N>::sum(a);
+}
 
 // Eight weights kept in registers in their storage type, loaded once per CTA. get() lets the
 // compiler hoist the widening out of the row loop (FP32 copies held: faster in the forward);
