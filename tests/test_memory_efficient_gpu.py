@@ -40,8 +40,9 @@ def _both(g, y, w, rstd, gr, dx_dt, dw16):
 # T 1 and 7 take the one launch (dx by rows, dw by columns), 300 and 4099 the row kernel and the
 # finalize. Widths through every from-y instance (backward_group): VPT 1 (H 8), 16- and 32-thread groups
 # (256, 512), VPT 2..4 at up to 256 threads, columns past a 256-thread group's (10240: the rest
-# loops and the column-wise dw sweep), the wide CTAs (16384) and columns past them (20480).
-@pytest.mark.parametrize("H", [8, 64, 256, 512, 1000, 2048, 4096, 6144, 8192, 10240, 16384, 20480])
+# loops and the column-wise dw sweep), the wide CTAs holding 3 vectors (12288: 1 / w in shared
+# memory on both routes) and 4 (16384), and columns past them (20480).
+@pytest.mark.parametrize("H", [8, 64, 256, 512, 1000, 2048, 4096, 6144, 8192, 10240, 12288, 16384, 20480])
 @pytest.mark.parametrize("T", [1, 7, 300, 4099])
 @pytest.mark.parametrize("act,wd", [(BF16, BF16), (BF16, FP32), (FP16, FP16), (FP16, FP32)])
 def test_16bit_rows_have_the_cpu_bits(act, wd, T, H, gen):
@@ -57,7 +58,7 @@ def test_16bit_rows_have_the_cpu_bits(act, wd, T, H, gen):
     assert rel_l2(dw_g, dw_ref) <= 2 * U[act] + (U[wd] if wd != FP32 else 0) + 1e-6
 
 
-@pytest.mark.parametrize("H", [8, 256, 4096, 6144, 8192, 10240, 16384, 20480])
+@pytest.mark.parametrize("H", [8, 256, 4096, 6144, 8192, 10240, 12288, 16384, 20480])
 @pytest.mark.parametrize("T", [1, 7, 513])  # the one launch, then the row kernel and the finalize
 @pytest.mark.parametrize("act,wd", [(BF16, BF16), (BF16, FP32), (FP16, FP16), (FP16, FP32)])
 def test_residual_gradient_is_added_as_on_the_cpu(act, wd, T, H, gen):

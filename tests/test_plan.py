@@ -223,8 +223,10 @@ def test_plan_reports_its_launch(route, dtype):
             inst = launch["instance"]
             assert launch["block"] == g["threads_per_row"] * g["groups_per_cta"], (route, H, T, p)
             assert inst["x"] == str(dtype).split(".")[1] and inst["residual"] == route.endswith("residual")
-            # The wide rows' instance holds the vectors the row fills: 3 of the group's 4 up to 12288.
-            held = 3 if inst["family"] == "bwd_wide_rows" and H <= 512 * 3 * 8 else g["vectors_per_thread"]
+            # The wide rows' instance holds the vectors the row fills: 3 of the group's 4 where every
+            # thread's fourth is past the row (12288 at 512 threads a row).
+            wide3 = inst["family"] == "bwd_wide_rows" and H <= g["threads_per_row"] * 3 * 8
+            held = 3 if wide3 else g["vectors_per_thread"]
             assert inst["vectors"] == held, (route, H, T, inst)
             if route.startswith("fwd"):
                 assert inst["family"] == ("fp32_fwd" if fp32 else f"fwd_{p['kernel']}")

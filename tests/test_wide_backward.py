@@ -29,6 +29,18 @@ def test_plan_names_the_wide_group():
     assert "one_launch" in cr.launch_plan("bwd", 12800, 16, sm=90, sms=132)
 
 
+def test_the_wide_row_kernel_holds_what_the_row_fills():
+    """The wide row kernel holds 3 vectors a thread only where every thread's fourth is past the
+    row (params.h, bwd_wide_held_vectors): up to 12288 at 512 threads a row; the one launch holds
+    4. (A narrower group in a 512-thread CTA, which only a tuning hook forces, keeps 4:
+    tests/cpp/keys_sweep.cpp checks every such program.)"""
+    def inst(H, T=4096):
+        return cr.launch_plan("bwd", H, T, sm=90, sms=132)["launch"]["instance"]
+    for H, held in ((10248, 3), (12288, 3), (12296, 4), (16384, 4)):
+        assert (inst(H)["family"], inst(H)["vectors"]) == ("bwd_wide_rows", held), H
+        assert (inst(H, 16)["family"], inst(H, 16)["vectors"]) == ("bwd_one_launch_wide_rows", 4), H
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("H", [10248, 12288, 12800, 16384, 20480])

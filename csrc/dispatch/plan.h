@@ -220,7 +220,7 @@ constexpr KernelKey rows_key(const BwdCall& c, const Program& p, bool constant_w
   KernelKey k = backward_key(Family::kBwdRows, c, p.vpt);
   if (p.vpt == kBwdWideVpt && !pair && p.cta > kMaxBwdThreads) {
     k.family = Family::kBwdWide;
-    k.vectors = bwd_wide_held_vectors(static_cast<int>(c.hidden));
+    k.vectors = bwd_wide_held_vectors(static_cast<int>(c.hidden), p.tpr);
     return k;
   }
   k.pair = pair;

@@ -291,7 +291,13 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         } else
           part[k] = gwxhat_sum(gf, wf, xf, rstd);
       }
-      float dot = tree_sum_padded<kOrder>(part);
+      float dot;
+      if constexpr (kOrder > VPT) {  // the vectors past the row: zeros (cp.async's fill, w 0, 1 / w 0) times rstd
+        const float z[kVec] = {};
+        dot = tree_sum_padded<kOrder>(part, FY ? gwxhat_sum_y(z, z, z, z) : gwxhat_sum(z, z, z, rstd));
+      } else {
+        dot = tree_sum(part);
+      }
 #pragma unroll 1
       for (int v = lane + VPT * tpr; !kExact && v < nvec; v += tpr) {
         float gf[kVec], xf[kVec], wf[kVec];

@@ -25,12 +25,12 @@ constexpr int kBwdMinBlocks = 2;
 // registers a thread, so no other backward instance changes.
 constexpr int kMaxBwdWideThreads = 512;
 constexpr int kBwdWideVpt = 4;  // the wide group's vectors a thread, and so its order (contract.h)
-// Rows of the wide group up to 512 x 3 vectors (12288 elements) leave every thread's fourth
-// vector past the row: their instance holds 3 (ring, registers) and sums as the group of 4 does,
-// adding the zero the fourth would give (vec.cuh, tree_sum_padded): the same bits. At 4 held,
-// ptxas -v on sm_90a spilled 44-320 bytes a thread; at 3, 0-24.
-CAKE_HD constexpr int bwd_wide_held_vectors(int hidden) {
-  return hidden <= kMaxBwdWideThreads * 3 * 8 ? 3 : kBwdWideVpt;
+// Rows of a wide group of tpr threads up to tpr x 3 vectors (12288 elements at 512) leave every
+// thread's fourth vector past the row: their instance holds 3 (ring, registers) and sums as the
+// group of 4 does, adding what the fourth gives (backward.cuh, bwd_rows' pad): the same bits.
+// At 4 held, ptxas -v on sm_90a spilled 44-320 bytes a thread; at 3, 0-24.
+CAKE_HD constexpr int bwd_wide_held_vectors(int hidden, int tpr) {
+  return hidden <= tpr * 3 * 8 ? 3 : kBwdWideVpt;
 }
 // cp.async ring depth: rows in flight per row group, the current one included.
 constexpr int kMaxStages = 8;

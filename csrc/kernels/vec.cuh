@@ -100,14 +100,14 @@ template <int N>
 __device__ __forceinline__ float tree_sum(const float (&v)[N]) {
   return Tree<N>::sum(v);
 }
-// Tree<N>'s sum of M values and N - M zeros, the zeros added as a group's vectors past the row
-// add theirs (not folded away: v + 0 is not v for v = -0): the bits of the N-vector group.
+// Tree<N>'s sum of M values and N - M copies of `pad`, what each of a group's vectors past the
+// row adds (never folded away: v + 0 is not v for v = -0): the bits of the N-vector group.
 template <int N, int M>
-__device__ __forceinline__ float tree_sum_padded(const float (&v)[M]) {
+__device__ __forceinline__ float tree_sum_padded(const float (&v)[M], float pad) {
   static_assert(N >= M, "a group holds at most its order's vectors");
   float a[N];
 #pragma unroll
-  for (int i = 0; i < N; ++i) a[i] = i < M ? v[i] : 0.f;
+  for (int i = 0; i < N; ++i) a[i] = i < M ? v[i] : pad;
   return Tree<N>::sum(a);
 }
 
