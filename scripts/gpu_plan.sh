@@ -14,7 +14,7 @@
 #   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
 #   STEPS="peer_bytes" scripts/gpu_plan.sh      (after scripts/gpu_peers.sh install)
 #   STEP_TIMEOUT=580 STEPS="me_ab" scripts/gpu_plan.sh   (two rebuilds)
-#   STEP_TIMEOUT=580 STEPS="build wide_ab" scripts/gpu_plan.sh (two rebuilds)
+#   STEPS="build wide3" scripts/gpu_plan.sh; then STEPS="wide4" scripts/gpu_plan.sh (a rebuild)
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -99,16 +99,16 @@ step w_ab bash -c "cp csrc/kernels/params.h /tmp/params.h.orig && $W_AB --out $L
   sed -i 's/(dw_sums \&\& w_fp32 \&\& vpt >= 4)/(dw_sums \&\& w_fp32 \&\& false)/' csrc/kernels/params.h && grep -q 'w_fp32 && false' csrc/kernels/params.h && \
   python -m pip install -q --no-build-isolation --no-deps -e . && $W_AB --out $LOG_DIR/w-ab-held; rc=\$?; \
   cp /tmp/params.h.orig csrc/kernels/params.h; python -m pip install -q --no-build-isolation --no-deps -e .; exit \$rc"
-# The wide rows up to 12288 elements: 3 vectors a thread held, summed as 4 (this tree), against all 4
-# held (the tree with bwd_wide_held_vectors at 4), plain and residual, BF16 and FP32 w, paired with
-# F.rms_norm in each build; H 16384 (4 held in both) as the control; the tree and its build restored after.
-python3 -c "import json; json.dump([dict(H=h, T=t, residual=r, weight=w) for h in (10752, 11264, 12288, 16384) \
-  for t in (200, 921, 1385, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (200, 1385, 4096)], \
+# The wide rows up to 12288 elements: 3 vectors a thread held, summed as 4 (this tree: wide3),
+# against all 4 held (wide4: the tree with bwd_wide_held_vectors at 4, rebuilt; the next call's
+# copy restores params.h, so rebuild there), plain and residual, BF16 and FP32 w, paired with
+# F.rms_norm in each build; H 16384 (4 held in both) as the control.
+python3 -c "import json; json.dump([dict(H=h, T=t, residual=r, weight=w) for h in (10752, 12288, 16384) \
+  for t in (921, 1385, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (1385, 4096)], \
   open('/tmp/wide-ab.json', 'w'))"
-WIDE_AB="python -m cake_rmsnorm bench --shapes /tmp/wide-ab.json --peers F --ops bwd,step --replays 12"
-step wide_ab bash -c "cp csrc/kernels/params.h /tmp/params.h.orig && $WIDE_AB --out $LOG_DIR/wide-ab-held3 && \
-  sed -i 's/return hidden <= kMaxBwdWideThreads \* 3 \* 8 ? 3 : kBwdWideVpt;/return kBwdWideVpt;/' csrc/kernels/params.h && \
+WIDE_AB="python -m cake_rmsnorm bench --shapes /tmp/wide-ab.json --peers F --ops bwd --replays 12"
+step wide3 $WIDE_AB --out "$LOG_DIR/wide-ab-held3"
+step wide4 bash -c "sed -i 's/return hidden <= tpr \* 3 \* 8 ? 3 : kBwdWideVpt;/return kBwdWideVpt;/' csrc/kernels/params.h && \
   grep -q '^  return kBwdWideVpt;' csrc/kernels/params.h && \
-  python -m pip install -q --no-build-isolation --no-deps -e . && $WIDE_AB --out $LOG_DIR/wide-ab-held4; rc=\$?; \
-  cp /tmp/params.h.orig csrc/kernels/params.h; python -m pip install -q --no-build-isolation --no-deps -e .; exit \$rc"
+  python -m pip install -q --no-build-isolation --no-deps -e . && $WIDE_AB --out $LOG_DIR/wide-ab-held4"
 exit $status
