@@ -34,6 +34,9 @@ step heldout python -m cake_rmsnorm bench --shapes docs/perf/heldout/shapes.json
 half() { python3 -c "import json,sys; d=json.load(open('docs/perf/heldout/shapes.json')); \
   json.dump([s for i, s in enumerate(d) if $1], open(sys.argv[1], 'w'))" "$2"; }
 half "s.get('residual')" /tmp/heldout-res.json; half "i % 2 == 0" /tmp/heldout-a.json; half "i % 2 == 1" /tmp/heldout-b.json
+half "s['H'] > 10240" /tmp/heldout-wide.json
+# The held-out shapes a wide-row change touches (H 12288; H 16384 as the control), every peer.
+step heldout_wide python -m cake_rmsnorm bench --shapes /tmp/heldout-wide.json --out "$LOG_DIR/heldout-wide"
 step peer_check python -m cake_rmsnorm bench --shapes /tmp/heldout-res.json --ops bwd --replays 10 --out "$LOG_DIR/peer-check"
 step heldout_a python -m cake_rmsnorm bench --shapes /tmp/heldout-a.json --out "$LOG_DIR/heldout-a"
 step heldout_b python -m cake_rmsnorm bench --shapes /tmp/heldout-b.json --out "$LOG_DIR/heldout-b"
