@@ -107,7 +107,7 @@ step w_ab bash -c "cp csrc/kernels/params.h /tmp/params.h.orig && $W_AB --out $L
 # copy restores params.h, so rebuild there), plain and residual, BF16 and FP32 w, paired with
 # F.rms_norm in each build; H 16384 (4 held in both) as the control.
 python3 -c "import json; json.dump([dict(H=h, T=t, residual=r, weight=w) for h in (10752, 12288, 16384) \
-  for t in (921, 1385, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (1385, 4096)], \
+  for t in (717, 1385, 2021, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (1385, 4096)], \
   open('/tmp/wide-ab.json', 'w'))"
 WIDE_AB="python -m cake_rmsnorm bench --shapes /tmp/wide-ab.json --peers F --ops bwd --replays 12"
 step wide3 $WIDE_AB --out "$LOG_DIR/wide-ab-held3"
