@@ -102,17 +102,26 @@ def run_config(model_name, hidden, layers, vocab, mode, amp, warmup, steps, bloc
         time_steps(s, batches, warmup)
         skips[k] = sum(counters["inductor"].get(c, 0) for c in ("cudagraph_skips",)) - before
     times = {k: [] for k in arms}
+    rounds = []  # each round's patched / unpatched block medians: the ratio's spread beside it
     while len(times["patched"]) < steps:
-        for k, s in arms.items():
-            times[k] += time_steps(s, batches, block)
+        block_ms = {k: time_steps(s, batches, block) for k, s in arms.items()}
+        for k, v in block_ms.items():
+            times[k] += v
+        rounds.append(statistics.median(block_ms["patched"]) / statistics.median(block_ms["unpatched"]))
     med = {k: statistics.median(v) for k, v in times.items()}
     return dict(model=model_name, hidden=hidden, layers=layers, tokens=batch * seq, mode=mode, amp=amp,
                 unpatched_ms=round(med["unpatched"], 3), patched_ms=round(med["patched"], 3),
                 ratio=round(med["patched"] / med["unpatched"], 4), steps=len(times["patched"]),
+                ratio_rounds=[round(min(rounds), 4), round(max(rounds), 4)],
                 norms_replaced=len(report.replaced), loss_unpatched=round(first_loss["unpatched"], 5),
                 loss_patched=round(first_loss["patched"], 5), vocab=vocab,
                 spread_ms={k: [round(min(v), 3), round(max(v), 3)] for k, v in times.items()},
                 cudagraph_skips=skips)
+
+
+def spread(r):
+    lo, hi = r.get("ratio_rounds") or (None, None)  # runs before the rounds were kept have none
+    return "" if lo is None else f" ({lo:.3f}-{hi:.3f})"
 
 
 def markdown(rows, meta):
@@ -120,7 +129,8 @@ def markdown(rows, meta):
              f"{meta['transformers']})", "",
              "Median ms a step (forward, backward, fused AdamW), unpatched vs `cake_rmsnorm.patch()`; "
              "amp: FP32 parameters under autocast(bfloat16), else BF16 parameters.", "",
-             "| model | hidden | layers | tokens | mode | amp | unpatched ms | patched ms | patched / unpatched "
+             "| model | hidden | layers | tokens | mode | amp | unpatched ms | patched ms "
+             "| patched / unpatched (its rounds' range) "
              "| first loss (unpatched / patched) | CUDA graphs skipped (unpatched / patched) |", "|---" * 11 + "|"]
     for r in rows:
         if "error" in r:
@@ -128,7 +138,7 @@ def markdown(rows, meta):
                          f"failed: {r['error']} | | | | |")
             continue
         lines.append(f"| {r['model']} | {r['hidden']} | {r['layers']} | {r['tokens']} | {r['mode']} | "
-                     f"{r['amp']} | {r['unpatched_ms']:.2f} | {r['patched_ms']:.2f} | {r['ratio']:.3f} | "
+                     f"{r['amp']} | {r['unpatched_ms']:.2f} | {r['patched_ms']:.2f} | {r['ratio']:.3f}{spread(r)} | "
                      f"{r['loss_unpatched']:.4f} / {r['loss_patched']:.4f} | "
                      f"{r['cudagraph_skips']['unpatched']} / {r['cudagraph_skips']['patched']} |")
     return "\n".join(lines) + "\n"

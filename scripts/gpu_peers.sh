@@ -5,7 +5,9 @@
 # call that carries a part runs `scripts/gpu_peers.sh stage`: it copies .whl/*/ into $STAGE,
 # outside the working tree. The call after the last part runs `source scripts/gpu_peers.sh
 # install`: it joins the parts, checks the md5 given in $CU13_MD5, unpacks them into $SITE,
-# installs the other wheels there and exports PYTHONPATH.
+# installs the other wheels there and exports PYTHONPATH (source it in the shell that runs the
+# bench, never in a pipeline, whose subshell drops the export; a later call on the same machine
+# exports PYTHONPATH="$SITE/nvidia_cutlass_dsl/dsl_packages:$SITE" itself).
 STAGE=${STAGE:-/tmp/peer-wheels} SITE=${SITE:-/tmp/peer-site}
 mkdir -p "$STAGE"
 cp -n .whl/*/* "$STAGE/" 2>/dev/null

@@ -21,7 +21,14 @@ mkdir -p "$LOG_DIR"
 export CAKE_CUDA_ARCHS=${CAKE_CUDA_ARCHS:-90a} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 STEPS=${STEPS:-"build tests"}
 status=0
+# The runs against every peer stop at once where Quack or Liger is not importable (a PYTHONPATH
+# lost to a subshell, say), unless PEERS=optional: a run without them is a different run.
+PEER_STEPS=" heldout heldout_wide peer_check heldout_a heldout_b matrix matrix_views peer_bytes "
 step() { local name=$1; shift; [[ " $STEPS " == *" $name "* ]] || return 0; local t0=$SECONDS
+  if [[ "$PEER_STEPS" == *" $name "* && "${PEERS:-}" != optional ]] && \
+     ! python -c "import quack.rmsnorm, liger_kernel" >/dev/null 2>&1; then
+    echo "$name: Quack or Liger not importable (source scripts/gpu_peers.sh install, or PEERS=optional)"
+    status=1; return 0; fi
   timeout "${STEP_TIMEOUT:-500}" "$@" >"$LOG_DIR/$name.log" 2>&1; local rc=$?
   echo "$name: rc=$rc in $((SECONDS - t0)) s"; tail -4 "$LOG_DIR/$name.log"; [ $rc -eq 0 ] || status=1; }
 step build python -m pip install --no-build-isolation --no-deps -e .

@@ -87,10 +87,12 @@ def test_dynamic_token_counts_keep_the_binding(gen):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("weight_grad", [True, False])
-def test_backward_gets_g_in_rows_it_walks(device, weight_grad, gen, monkeypatch):
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_backward_gets_g_in_rows_it_walks(device, weight_grad, dynamic, gen, monkeypatch):
     """A norm's g that arrives heads outermost (the QK norms' after RoPE's backward: here a
     transpose) is written dense by its producer for the compiled backward, so the op has no copy
-    to make; the gradients stay eager's bits."""
+    to make; the gradients stay eager's bits. With symbolic batch and sequence sizes too: the
+    layout rule is decided from the strides' structure there without a guard."""
     from cake_rmsnorm import _lowering
     if not _lowering.install():
         pytest.skip("the compiled call is inductor's own fallback here")
@@ -108,7 +110,7 @@ def test_backward_gets_g_in_rows_it_walks(device, weight_grad, gen, monkeypatch)
     eager = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
     torch._dynamo.reset()
     with inductor_config.patch(fx_graph_cache=False):
-        out = torch.compile(fn, fullgraph=True)(*args)
+        out = torch.compile(fn, fullgraph=True, dynamic=dynamic)(*args)
         out.float().sum().backward()
     ref = fn(*eager)
     ref.float().sum().backward()
