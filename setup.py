@@ -9,6 +9,9 @@ Knobs (environment):
   CAKE_FORCE_CPU=1  build the CPU-only library even when nvcc exists
   MAX_JOBS          parallel compiler jobs (torch's ninja build honours it)
   NVCC_THREADS      nvcc --threads per job (default 1)
+  CAKE_DEFINES      semicolon list of NAME or NAME=VALUE compile definitions for every unit: how an
+                    A/B variant is built (a flag the sources read), never by editing them; named in
+                    the build's summary
 """
 
 import os
@@ -115,12 +118,26 @@ def cuda_archs(nvcc):
     return archs, version
 
 
+def ab_defines():
+    """CAKE_DEFINES as -D flags (an A/B build's variant), checked so a typo fails the build."""
+    out = []
+    for d in (v.strip() for v in os.environ.get("CAKE_DEFINES", "").split(";")):
+        if not d:
+            continue
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.+-]*)?", d):
+            raise SystemExit(f"CAKE_DEFINES: {d!r} is not NAME or NAME=VALUE")
+        out.append(f"-D{d}")
+    return out
+
+
 def write_build_info(summary):
     """The build's one-line summary as a generated header (build/gen): the library returns it
     (cake_rmsnorm_build_info) and `python -m cake_rmsnorm info` prints it, so it reaches the user
     even through pip's quiet output."""
     gen = ROOT / "build" / "gen"
     gen.mkdir(parents=True, exist_ok=True)
+    if ab_defines():
+        summary += f" with {' '.join(ab_defines())}"
     text = summary.replace("\\", "/").replace('"', "'")
     header = gen / "cake_rmsnorm_build_info.h"
     content = f'#pragma once\n#define CAKE_BUILD_SUMMARY "{text}"\n'
@@ -143,7 +160,7 @@ def make_extension():
         "-fvisibility=hidden",
         "-ffp-contract=off",  # the CPU path rounds every product: same bits on every host
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
-    ]
+    ] + ab_defines()
     include_dirs = [str(ROOT / "csrc" / "include")]
     link_args = [f"-Wl,--version-script={ROOT / 'csrc' / 'api' / 'exports.map'}"]
     sources = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cpp"))]
@@ -187,7 +204,7 @@ def make_extension():
         "-Xcompiler", "-fvisibility=hidden",
         # IEEE division and square root, no flush-to-zero: the numerics contract.
         "--prec-div=true", "--prec-sqrt=true", "--ftz=false",
-    ] + gencode
+    ] + ab_defines() + gencode
     sources += ["csrc/torch/ops_cuda.cpp"]
     sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "csrc" / "api").glob("*.cu"))]
     # One unit a (direction, dtype, VPT) of the 16-bit kernels (scripts/gen_instances.py).

@@ -4,7 +4,7 @@
 # `bench` run for each in turn (BENCH_ARGS_1 .. _6; the same peers in every run give each its
 # own yardstick). VAR_DIR and VAR2_DIR, more snapshots, add arms "var" and "var2", run between
 # the two. Logs and results go to $LOG_DIR as <arm>-*.json/md (base, var, var2, new).
-# BENCH_STAT=mean times each row by the trimmed mean of its replays (benchmarks/bench_mean.py),
+# BENCH_STAT=mean times each row by the trimmed mean of its replays (lab/bench_mean.py),
 # fine enough for the 1 % question at a few us, where a median moves by the timer's 0.125 us step.
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-ab}
@@ -17,7 +17,7 @@ done
 ARMS="$ARMS new"
 mkdir -p "$LOG_DIR"
 BENCH=(-m cake_rmsnorm bench)
-[ "${BENCH_STAT:-median}" = mean ] && BENCH=("$(pwd)/benchmarks/bench_mean.py")
+[ "${BENCH_STAT:-median}" = mean ] && BENCH=("$(pwd)/lab/bench_mean.py")
 export CAKE_CUDA_ARCHS=${CAKE_CUDA_ARCHS:-90a} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 t0=$SECONDS
 python -m pip install --no-build-isolation --no-deps -e . >"$LOG_DIR/build.log" 2>&1 || { tail -30 "$LOG_DIR/build.log"; exit 1; }

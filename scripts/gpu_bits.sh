@@ -18,7 +18,7 @@ for tool in ${SANITIZERS:-racecheck}; do
   echo "sanitize-$tool rc=$?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitize-$tool.log" | tail -1)"
 done
 if [ "${BITS:-1}" = 1 ]; then
-  timeout "${BITS_TIMEOUT:-150}" python benchmarks/bits_fingerprint.py --out "$LOG_DIR/bits.json" \
+  timeout "${BITS_TIMEOUT:-150}" python lab/bits_fingerprint.py --out "$LOG_DIR/bits.json" \
     ${BITS_COMPARE:+--compare "$BITS_COMPARE"} 2>"$LOG_DIR/bits.err" | tail -5
 fi
 echo "total: $((SECONDS - t0)) s"

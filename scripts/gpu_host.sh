@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The host path on a GPU machine: build for the local GPU, the GPU tests of the call path, the
 # host cost of every arm (bench --host), the budget of one call (benchmarks/host_budget.py) and
-# the host time of a compiled Llama step (benchmarks/compile_host.py). Logs go to $LOG_DIR.
+# the host time of a compiled Llama step (lab/compile_host.py). Logs go to $LOG_DIR.
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-/tmp/cake-gpu-host}
 mkdir -p "$LOG_DIR"
@@ -14,5 +14,5 @@ python -m pytest -q -p no:cacheprovider -m gpu tests/test_direct.py tests/test_a
 grep -E "^(FAILED|ERROR)" "$LOG_DIR/tests.log" | head -20
 python -m cake_rmsnorm bench --host --out "$LOG_DIR/host" >/dev/null 2>&1; cat "$LOG_DIR/host.md"
 python benchmarks/host_budget.py --out "$LOG_DIR/budget" 2>&1 | tail -40
-[ "${COMPILE_HOST:-1}" = 1 ] && timeout 400 python benchmarks/compile_host.py llama 1024 2>&1 | tee "$LOG_DIR/compile_host.log" | head -30
+[ "${COMPILE_HOST:-1}" = 1 ] && timeout 400 python lab/compile_host.py llama 1024 2>&1 | tee "$LOG_DIR/compile_host.log" | head -30
 echo "total: $((SECONDS - t0)) s"

@@ -13,8 +13,6 @@
 #   STEPS="build cpu16" scripts/gpu_plan.sh
 #   STEPS="build me_tests me_kernels me_e2e" scripts/gpu_plan.sh
 #   STEPS="peer_bytes" scripts/gpu_plan.sh      (after scripts/gpu_peers.sh install)
-#   STEP_TIMEOUT=580 STEPS="me_ab" scripts/gpu_plan.sh   (two rebuilds)
-#   STEPS="build wide3" scripts/gpu_plan.sh; then STEPS="wide4" scripts/gpu_plan.sh (a rebuild)
 set -uo pipefail
 LOG_DIR=${LOG_DIR:-${OUT:-/tmp/cake-gpu-plan}}
 mkdir -p "$LOG_DIR"
@@ -51,9 +49,9 @@ step matrix python -m cake_rmsnorm bench --out "$LOG_DIR/matrix"
 step matrix_views python -m cake_rmsnorm bench --hidden 6144 --residual --per-head --out "$LOG_DIR/matrix-views"
 # dw's chunk count (contract.h backward_chunks: half the cap, then the cap in one step): its GPU =
 # CPU bits where it holds and doubles, and its time against the count that grew by one chunk per
-# 32 rows (paired, benchmarks/chunks_ab.py), then the fine sweep below for its cliffs.
+# 32 rows (paired, lab/chunks_ab.py), then the fine sweep below for its cliffs.
 step chunk_bits python -m pytest -q -x -p no:cacheprovider tests/test_cpu_gpu_bits.py -k chunk_doubling
-step chunks_ab python benchmarks/chunks_ab.py --residual 0,1 --out "$LOG_DIR/chunks-ab.json"
+step chunks_ab python lab/chunks_ab.py --residual 0,1 --out "$LOG_DIR/chunks-ab.json"
 step sweep python -m cake_rmsnorm bench --shapes docs/perf/heldout/sweep.json --peers F --ops bwd --replays 12 \
   --out "$LOG_DIR/sweep"
 # AMP's mixed add: its GPU tests, then the AMP rows of the end-to-end step (eager and compiled).
@@ -62,8 +60,8 @@ step amp_e2e python benchmarks/e2e.py --amp 1 --hidden 1024,4096 --modes eager,c
   --out "$LOG_DIR/e2e-amp"
 # Where the AMP compiled rows' time goes (h100-e2e-amp-3d73404.md: Qwen3 H 1024 1.050, Llama 1.014):
 # each kernel's GPU time a step, patched against unpatched.
-step amp_profile bash -c "python benchmarks/e2e_profile.py --model qwen3 --hidden 1024 --out $LOG_DIR/amp-profile-qwen3 && \
-  python benchmarks/e2e_profile.py --model llama --hidden 1024 --out $LOG_DIR/amp-profile-llama"
+step amp_profile bash -c "python lab/e2e_profile.py --model qwen3 --hidden 1024 --out $LOG_DIR/amp-profile-qwen3 && \
+  python lab/e2e_profile.py --model llama --hidden 1024 --out $LOG_DIR/amp-profile-llama"
 # The CPU path on the host's cores (16 on the lent machine): the bench's default shapes and the
 # larger op-path rows at 16 threads, and the thread-count bit test there (no GPU visible).
 step cpu16 env CUDA_VISIBLE_DEVICES= bash -c "python -m pytest -q -p no:cacheprovider tests/test_cpu_threads.py && \
@@ -78,47 +76,16 @@ step me_kernels bash -c "python benchmarks/memory_efficient_kernels.py --out $LO
   python benchmarks/memory_efficient_kernels.py --shapes docs/perf/heldout/shapes.json --ops bwd \
   --out $LOG_DIR/me-kernels-heldout"
 step me_e2e python benchmarks/memory_efficient.py --out "$LOG_DIR/me-e2e"
-# The backward from y from 3 vectors a thread: w read at each use (this tree) against w held in
-# registers as from x (a build with that one line changed), BF16 and FP32 w, plain and residual;
-# the tree and its build are restored after.
-ME_AB="--hidden 5120,6144,8192,12288,16384 --tokens 1024,16384 --residual 0,1 --weights bf16,fp32 --ops bwd"
-step me_ab bash -c "python benchmarks/memory_efficient_kernels.py $ME_AB --out $LOG_DIR/me-ab-at-use && \
-  cp csrc/kernels/params.h /tmp/params.h.orig && \
-  sed -i 's/(from_y \&\& vpt >= kFromYWideVpt) ||/(from_y \&\& false) ||/' csrc/kernels/params.h && \
-  grep -q 'from_y && false' csrc/kernels/params.h && python -m pip install -q --no-build-isolation --no-deps -e . && \
-  python benchmarks/memory_efficient_kernels.py $ME_AB --out $LOG_DIR/me-ab-held; rc=\$?; \
-  cp /tmp/params.h.orig csrc/kernels/params.h; python -m pip install -q --no-build-isolation --no-deps -e .; exit \$rc"
 # DRAM bytes and time of our backward and Quack's under ncu, where Quack's time implied more than
 # the HBM peak (docs/perf/runs/h200-heldout-d3aeefd.md's residual rows); peers staged first.
 NCU_METRICS=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
 step peer_bytes bash -c "for s in '4096 55552' '8192 200' '8192 921'; do set -- \$s; \
   ncu --clock-control none --nvtx --nvtx-include 'qk/' --nvtx-include 'cake/' --metrics $NCU_METRICS \
-  python benchmarks/peer_bytes.py --hidden \$1 --tokens \$2 --residual --weight fp32 || exit 1; done"
+  python lab/peer_bytes.py --hidden \$1 --tokens \$2 --residual --weight fp32 || exit 1; done"
 # The residual backward's programs at the widths where it trails Quack (h100-heldout-b9eedce: H 8192
 # and 12288 at T 200..1385): every CTA, ring depth and CTAs an SM against the table's, paired.
-step res_sweep python benchmarks/sweep_programs.py --direction bwd --residual --hidden 8192,12288,16384 \
+step res_sweep python lab/sweep_programs.py --direction bwd --residual --hidden 8192,12288,16384 \
   --tokens 200,921,1385,8343 --ctas-per-sm 0,1,2 --stages 1,2,3 --rows 1,2 --replays 12 --out "$LOG_DIR/res-sweep"
-# The backward at 4 vectors a thread: w read at each use (this tree: FP32 w) against w held in
-# registers (the tree with bwd_w_at_use's 4-vector clause off), plain and residual, BF16 and FP32 w, paired
-# with F.rms_norm in each build; the tree and its build are restored after.
-python3 -c "import json; json.dump([dict(H=h, T=t, residual=r, weight=w) for h in (7168, 8192, 12288, 16384) \
-  for t in (200, 921, 1385, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (200, 4096)], \
-  open('/tmp/w-ab.json', 'w'))"
-W_AB="python -m cake_rmsnorm bench --shapes /tmp/w-ab.json --peers F --ops bwd --replays 12"
-step w_ab bash -c "cp csrc/kernels/params.h /tmp/params.h.orig && $W_AB --out $LOG_DIR/w-ab-at-use && \
-  sed -i 's/(dw_sums \&\& w_fp32 \&\& vpt >= 4)/(dw_sums \&\& w_fp32 \&\& false)/' csrc/kernels/params.h && grep -q 'w_fp32 && false' csrc/kernels/params.h && \
-  python -m pip install -q --no-build-isolation --no-deps -e . && $W_AB --out $LOG_DIR/w-ab-held; rc=\$?; \
-  cp /tmp/params.h.orig csrc/kernels/params.h; python -m pip install -q --no-build-isolation --no-deps -e .; exit \$rc"
-# The wide rows up to 12288 elements: 3 vectors a thread held, summed as 4 (this tree: wide3),
-# against all 4 held (wide4: the tree with bwd_wide_held_vectors at 4, rebuilt; the next call's
-# copy restores params.h, so rebuild there), plain and residual, BF16 and FP32 w, paired with
-# F.rms_norm in each build; H 16384 (4 held in both) as the control.
-python3 -c "import json; json.dump([dict(H=h, T=t, residual=r, weight=w) for h in (10752, 12288, 16384) \
-  for t in (717, 1385, 2021, 4096, 16384) for r in (False, True) for w in ('bf16', 'fp32') if w == 'bf16' or t in (1385, 4096)], \
-  open('/tmp/wide-ab.json', 'w'))"
-WIDE_AB="python -m cake_rmsnorm bench --shapes /tmp/wide-ab.json --peers F --ops bwd --replays 12"
-step wide3 $WIDE_AB --out "$LOG_DIR/wide-ab-held3"
-step wide4 bash -c "sed -i 's/return hidden <= tpr \* 3 \* 8 ? 3 : kBwdWideVpt;/return kBwdWideVpt;/' csrc/kernels/params.h && \
-  grep -q '^  return kBwdWideVpt;' csrc/kernels/params.h && \
-  python -m pip install -q --no-build-isolation --no-deps -e . && $WIDE_AB --out $LOG_DIR/wide-ab-held4"
+# A/B variants are built through the tuning hooks (cake_rmsnorm.tuning) or a compile definition
+# (CAKE_DEFINES, setup.py), never by editing sources: scripts/gpu_ab.sh pairs two builds.
 exit $status

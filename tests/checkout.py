@@ -10,9 +10,12 @@ ROOT = os.environ.get("CAKE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.p
 
 
 def benchmark(name):
-    """The path of benchmarks/<name>.py and a skip mark for a tree without it."""
+    """The path of benchmarks/<name>.py (the user-facing benchmarks) or lab/<name>.py (the A/B
+    probes), and a skip mark for a tree without it."""
     path = os.path.join(ROOT, "benchmarks", name + ".py")
-    return path, pytest.mark.skipif(not os.path.exists(path), reason="no checkout with benchmarks/ beside these tests")
+    if not os.path.exists(path):
+        path = os.path.join(ROOT, "lab", name + ".py")
+    return path, pytest.mark.skipif(not os.path.exists(path), reason=f"no checkout with {name}.py beside these tests")
 
 
 def load(path):

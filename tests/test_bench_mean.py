@@ -1,4 +1,4 @@
-"""benchmarks/bench_mean.py: the trimmed mean drops each tail's tenth, and the bench's GPU timer
+"""lab/bench_mean.py: the trimmed mean drops each tail's tenth, and the bench's GPU timer
 still reads its statistic where the wrapper replaces it (else the wrapper times by the median)."""
 
 import inspect

@@ -1,4 +1,4 @@
-"""benchmarks/order_accuracy.py: its numpy pairs order is the CPU path's rstd bit for bit (the
+"""lab/order_accuracy.py: its numpy pairs order is the CPU path's rstd bit for bit (the
 script asserts it), its one-tree order is not, and the JSON holds both orders and the floor."""
 
 import json

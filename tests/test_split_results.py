@@ -1,4 +1,4 @@
-"""benchmarks/split_results.py: the first run listed owns a shape, the floor's time travels
+"""lab/split_results.py: the first run listed owns a shape, the floor's time travels
 with its row, and the table (and plot, where matplotlib imports) land beside each JSON."""
 
 import json
