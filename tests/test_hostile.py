@@ -14,21 +14,6 @@ def _xw(T=4, H=16, dtype=torch.bfloat16):
     return torch.randn(T, H, generator=g).to(dtype), torch.ones(H, dtype=dtype)
 
 
-@pytest.mark.parametrize("how", ["jvp", "jacfwd", "module_jvp", "dual"])
-def test_forward_mode_ad_is_refused(how):
-    x, w = _xw(dtype=torch.float32)
-    with pytest.raises(NotImplementedError, match="no forward-mode derivative"):
-        if how == "jvp":
-            torch.func.jvp(lambda t: cr.cake_rmsnorm(t, w), (x,), (x,))
-        elif how == "jacfwd":
-            torch.func.jacfwd(lambda t: cr.cake_rmsnorm(t, w))(x)
-        elif how == "module_jvp":
-            torch.func.jvp(cr.RMSNorm(16), (x,), (x,))
-        else:
-            with fw.dual_level():
-                cr.cake_rmsnorm(fw.make_dual(x, torch.ones_like(x)), w)
-
-
 def test_plain_calls_inside_a_dual_level_still_run():
     x, w = _xw()
     with fw.dual_level():

@@ -165,8 +165,14 @@ cake_status_t cake_rmsnorm_forward(const cake_rmsnorm_fwd_args* a, void* stream)
     return CAKE_ERR_MISALIGNED;
   const cake::DeviceFacts facts = cake::current_device_facts();
   if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
-  const cake::Call call{res ? cake::Route::kFwdResidual : cake::Route::kFwd, xd, yd, a->w_dtype, p.hidden, p.rows,
-                        0, false, false, 0, rd};
+  cake::Call call;
+  call.route = res ? cake::Route::kFwdResidual : cake::Route::kFwd;
+  call.x = xd;
+  call.y = yd;
+  call.w = a->w_dtype;
+  call.hidden = p.hidden;
+  call.rows = p.rows;
+  call.r = rd;
   cake::Launch launch;
   const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
   if (r != cake::Resolved::kOk) return resolve_status(r);
@@ -193,6 +199,8 @@ bool y_range_of(cake_dtype_t y_dtype, int64_t hidden, cake::YRange* r) {
     default: return false;
   }
 }
+
+static_assert(cake::kMaxGivenChunks == CAKE_RMSNORM_MAX_GIVEN_CHUNKS, "the header's limit is the contract's");
 
 // The backward of `a`. chunks 0: dw's chunking of (rows, hidden) and, with a dw, its finalize;
 // chunks > 0 (keep): that many chunks' FP32 partials left in the workspace, no dw.
@@ -279,8 +287,18 @@ cake_status_t backward_call(const cake_rmsnorm_bwd_args* a, int64_t given_chunks
     return CAKE_ERR_MISALIGNED;
   const cake::DeviceFacts facts = cake::current_device_facts();
   if (!arch_built(facts.sm)) return CAKE_ERR_ARCH;
-  const cake::Call call{res ? cake::Route::kBwdResidual : cake::Route::kBwd, xd, gd, a->w_dtype, p.hidden, p.rows,
-                        p.chunks, a->dw != nullptr, dw16, a->max_ctas, cake::kAsX, from_y};
+  cake::Call call;
+  call.route = res ? cake::Route::kBwdResidual : cake::Route::kBwd;
+  call.x = xd;
+  call.y = gd;
+  call.w = a->w_dtype;
+  call.hidden = p.hidden;
+  call.rows = p.rows;
+  call.chunks = p.chunks;
+  call.finalize_dw = a->dw != nullptr;
+  call.dw_in_w_dtype = dw16;
+  call.max_ctas = a->max_ctas;
+  call.from_y = from_y;
   cake::Launch launch;
   const cake::Resolved r = cake::resolve(call, facts, cake::current_overrides(), &launch);
   if (r != cake::Resolved::kOk) return resolve_status(r);

@@ -134,8 +134,15 @@ extern "C" int cake_rmsnorm_launch_plan(const char* route, int64_t hidden, int64
   *out = cake_rmsnorm_plan{};
   out->table_measured = cake::arch_table(facts.sm).measured;
   const bool fwd = cake::is_forward(r);
-  const cake::Call call{r, x_dtype, y_dtype, w_dtype, static_cast<int>(hidden), rows,
-                        fwd ? 0 : static_cast<int>(cake::backward_chunks(rows, hidden)), !fwd, false, 0};
+  cake::Call call;
+  call.route = r;
+  call.x = x_dtype;
+  call.y = y_dtype;
+  call.w = w_dtype;
+  call.hidden = static_cast<int>(hidden);
+  call.rows = rows;
+  call.chunks = fwd ? 0 : static_cast<int>(cake::backward_chunks(rows, hidden));
+  call.finalize_dw = !fwd;
   cake::Launch l;
   const cake::Overrides none{};  // the plan of a call with no tuning hook set
   const cake::Resolved got = cake::resolve(call, facts, none, &l);

@@ -22,8 +22,14 @@ constexpr int dtype_code() {
 template <typename T, typename WT, bool RES, int VPT>
 constexpr KernelKey key_of(Family f, int tpr = 0, int rows = 1, WLoad wl = WLoad::kFirst,
                            GroupSync sync = GroupSync::kNamed, bool pair = false, bool from_y = false) {
-  return KernelKey{f, dtype_code<T>(), dtype_code<T>(), dtype_code<WT>(), RES, VPT, tpr, rows, wl, sync, pair, kAsX,
-                   from_y};
+  KernelKey k = plain_key(f, dtype_code<T>(), dtype_code<T>(), dtype_code<WT>(), RES, VPT);
+  k.tpr = tpr;
+  k.rows = rows;
+  k.wload = wl;
+  k.sync = sync;
+  k.pair = pair;
+  k.from_y = from_y;
+  return k;
 }
 template <typename K>
 const void* address(K kernel) {

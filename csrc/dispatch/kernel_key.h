@@ -39,6 +39,23 @@ constexpr bool operator==(const KernelKey& a, const KernelKey& b) {
          a.vectors == b.vectors && a.tpr == b.tpr && a.rows == b.rows && a.wload == b.wload && a.sync == b.sync &&
          a.pair == b.pair && a.r == b.r && a.from_y == b.from_y;
 }
+// A key by field name with the plain values of the fields a family may leave: the runtime width's
+// instance (tpr 0), one row a group, w loaded first, named barriers, no row pairs.
+constexpr KernelKey plain_key(Family f, int x, int y, int w, bool residual, int vectors) {
+  KernelKey k{};
+  k.family = f;
+  k.x = x;
+  k.y = y;
+  k.w = w;
+  k.residual = residual;
+  k.vectors = vectors;
+  k.tpr = 0;
+  k.rows = 1;
+  k.wload = WLoad::kFirst;
+  k.sync = GroupSync::kNamed;
+  k.pair = false;
+  return k;
+}
 constexpr int residual_dtype(const KernelKey& k) { return k.r == kAsX ? k.x : k.r; }
 
 // The dw finalize (kernels/backward.cuh, dw_finalize_kernel): columns a CTA, lanes a column, dw's dtype.

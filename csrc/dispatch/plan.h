@@ -184,15 +184,15 @@ struct BwdLimits {
 // A backward call as its plan sees it: dtype codes (g is x's), the route, the shape, the dw
 // chunking (contract.h), whether dw is wanted (false: no dw, or partials kept for the caller),
 // whether it comes back in w's 16-bit dtype, and the caller's grid cap (0: none).
-struct BwdCall {
-  int x, w;
-  bool residual;
-  int hidden;
-  int64_t rows;
-  int chunks;
-  bool want_dw;
-  bool dw_in_w_dtype;
-  int max_ctas;
+struct BwdCall {  // built by field name
+  int x = kBf16, w = kBf16;
+  bool residual = false;
+  int hidden = 0;
+  int64_t rows = 0;
+  int chunks = 0;
+  bool want_dw = false;
+  bool dw_in_w_dtype = false;
+  int max_ctas = 0;
   bool from_y = false;  // the backward from y: the row kernel and its one launch (kernel_key.h, compiled)
 };
 struct BwdPlan {
@@ -211,7 +211,9 @@ struct BwdPlan {
 };
 
 constexpr KernelKey backward_key(Family f, const BwdCall& c, int vectors) {
-  return KernelKey{f, c.x, c.x, c.w, c.residual, vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false, kAsX, c.from_y};
+  KernelKey k = plain_key(f, c.x, c.x, c.w, c.residual, vectors);
+  k.from_y = c.from_y;
+  return k;
 }
 // The backward's row kernel for a program (or its pair twin): the exact group's instance where
 // the plan says so, the wide rows' CTAs past kMaxBwdThreads, holding the vectors the row fills

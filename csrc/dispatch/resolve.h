@@ -33,15 +33,16 @@ struct Launch {
 // A call as resolve sees it: the route, dtype codes (y: y's forward, g's backward), shape, and
 // for the backward the dw chunking (params.h), whether dw is finalized (not: no dw, or partials
 // kept for the caller) and the caller's grid cap (0: none).
+// Built by field name (Call c; c.route = ...): every field has its plain value.
 struct Call {
-  Route route;
-  int x, y, w;
-  int hidden;
-  int64_t rows;
-  int chunks;
-  bool finalize_dw;
-  bool dw_in_w_dtype;
-  int max_ctas;
+  Route route = Route::kFwd;
+  int x = kBf16, y = kBf16, w = kBf16;
+  int hidden = 0;
+  int64_t rows = 0;
+  int chunks = 0;
+  bool finalize_dw = false;
+  bool dw_in_w_dtype = false;
+  int max_ctas = 0;
   int r = kAsX;  // the forward's residual dtype where not x's (FP32 x, a 16-bit branch)
   bool from_y = false;  // the backward from y (the memory-efficient mode)
 };
@@ -52,7 +53,7 @@ enum class Resolved { kOk, kBadProgram, kNoInstance, kGridTooLarge };
 namespace detail {
 
 constexpr KernelKey key16(Family f, const Call& c, int vectors) {
-  return KernelKey{f, c.x, c.x, c.w, has_residual(c.route), vectors, 0, 1, WLoad::kFirst, GroupSync::kNamed, false};
+  return plain_key(f, c.x, c.x, c.w, has_residual(c.route), vectors);
 }
 
 // The dw finalize over c.chunks partials: dw in FP32, or rounded once to a 16-bit weight's dtype.
@@ -100,8 +101,17 @@ inline Resolved forward16(const Call& c, const Program& table, const ArchTable& 
 // The backward's launch: its plan (plan.h, plan_backward) as it is.
 inline Resolved backward16(const Call& c, const Program& table, const BwdLimits& lim, const DeviceFacts& d,
                            Launch* l) {
-  const BwdCall call{c.x, c.w, has_residual(c.route), c.hidden, c.rows, c.chunks, c.finalize_dw, c.dw_in_w_dtype,
-                     c.max_ctas, c.from_y};
+  BwdCall call;
+  call.x = c.x;
+  call.w = c.w;
+  call.residual = has_residual(c.route);
+  call.hidden = c.hidden;
+  call.rows = c.rows;
+  call.chunks = c.chunks;
+  call.want_dw = c.finalize_dw;
+  call.dw_in_w_dtype = c.dw_in_w_dtype;
+  call.max_ctas = c.max_ctas;
+  call.from_y = c.from_y;
   const BwdPlan b = plan_backward(call, table, lim, d);
   l->key = b.key;
   l->program = b.program;

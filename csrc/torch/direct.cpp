@@ -140,115 +140,15 @@ PyObject* guarded(Py_ssize_t nargs, Py_ssize_t want, Body&& body) {
   }
 }
 
-PyObject* fwd(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 4, [&] {
-    Tensor x = tensor(a[0]), w = tensor(a[1]);
-    const double eps = number(a[2]);
-    const auto out_dtype = opt_dtype(a[3]);
-    return on_device(x, [&](auto ops) {
-      auto [y, rstd] = ops.fwd(x, w, eps, out_dtype);
-      return wrap_all({&y, &rstd});
-    });
-  });
+// A body's outputs as Python: one tensor, or a tuple of them.
+PyObject* give(const Tensor& t) { return wrap(t); }
+template <typename... Ts>
+PyObject* give(const std::tuple<Ts...>& ts) {
+  return std::apply([](const auto&... t) { return wrap_all({&t...}); }, ts);
 }
 
-PyObject* fwd_residual(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 5, [&] {
-    Tensor x = tensor(a[0]), r = tensor(a[1]), w = tensor(a[2]);
-    const double eps = number(a[3]);
-    const auto out_dtype = opt_dtype(a[4]);
-    return on_device(x, [&](auto ops) {
-      auto [y, rstd, h] = ops.fwd_residual(x, r, w, eps, out_dtype);
-      return wrap_all({&y, &rstd, &h});
-    });
-  });
-}
-
-PyObject* fwd_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 5, [&] {
-    Tensor x = tensor(a[0]), w = tensor(a[1]), y = tensor(a[3]), rstd = tensor(a[4]);
-    const double eps = number(a[2]);
-    return on_device(x, [&](auto ops) {
-      ops.fwd_out(x, w, eps, y, rstd);
-      Py_RETURN_NONE;
-    });
-  });
-}
-
-PyObject* fwd_residual_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 7, [&] {
-    Tensor x = tensor(a[0]), r = tensor(a[1]), w = tensor(a[2]), y = tensor(a[4]), rstd = tensor(a[5]),
-           h = tensor(a[6]);
-    const double eps = number(a[3]);
-    return on_device(x, [&](auto ops) {
-      ops.fwd_residual_out(x, r, w, eps, y, rstd, h);
-      Py_RETURN_NONE;
-    });
-  });
-}
-
-PyObject* bwd(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 6, [&] {
-    Tensor gy = tensor(a[0]), x = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
-    const auto gr = opt_tensor(a[4]);
-    const bool dw_in_w_dtype = flag(a[5]);
-    return on_device(x, [&](auto ops) {
-      auto [dx, dw] = ops.bwd(gy, x, w, rstd, gr, dw_in_w_dtype);
-      return wrap_all({&dx, &dw});
-    });
-  });
-}
-
-PyObject* bwd_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 5, [&] {
-    Tensor gy = tensor(a[0]), x = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
-    const auto gr = opt_tensor(a[4]);
-    return on_device(x, [&](auto ops) {
-      Tensor dx = ops.bwd_dx(gy, x, w, rstd, gr);
-      return wrap(dx);
-    });
-  });
-}
-
-PyObject* bwd_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 10, [&] {
-    Tensor gy = tensor(a[0]), x = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]), dx = tensor(a[5]);
-    const auto gr = opt_tensor(a[4]);
-    const auto dw = opt_tensor(a[6]);
-    const auto ws = opt_tensor(a[7]);
-    const int64_t max_ctas = integer(a[8]);
-    const bool accumulate = flag(a[9]);
-    return on_device(x, [&](auto ops) {
-      ops.bwd_out(gy, x, w, rstd, gr, dx, dw, ws, max_ctas, accumulate);
-      Py_RETURN_NONE;
-    });
-  });
-}
-
-PyObject* bwd_y(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 7, [&] {
-    Tensor gy = tensor(a[0]), y = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
-    const auto gr = opt_tensor(a[4]);
-    const auto dx_dtype = opt_dtype(a[5]);
-    const bool dw_in_w_dtype = flag(a[6]);
-    return on_device(y, [&](auto ops) {
-      auto [dx, dw] = ops.bwd_y(gy, y, w, rstd, gr, dx_dtype, dw_in_w_dtype);
-      return wrap_all({&dx, &dw});
-    });
-  });
-}
-
-PyObject* bwd_y_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  return guarded(n, 6, [&] {
-    Tensor gy = tensor(a[0]), y = tensor(a[1]), w = tensor(a[2]), rstd = tensor(a[3]);
-    const auto gr = opt_tensor(a[4]);
-    const auto dx_dtype = opt_dtype(a[5]);
-    return on_device(y, [&](auto ops) {
-      Tensor dx = ops.bwd_y_dx(gy, y, w, rstd, gr, dx_dtype);
-      return wrap(dx);
-    });
-  });
-}
+#define CAKE_FAST(name, doc) {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(name)), METH_FASTCALL, doc}
+#include "gen/direct_ops.h"  // one function an op, from the op table
 
 void* torch_symbol(const char* lib_name, const char* name) {
   void* sym = dlsym(RTLD_DEFAULT, name);
@@ -312,19 +212,10 @@ PyObject* setup(PyObject*, PyObject* const* a, Py_ssize_t n) {
   return PyUnicode_FromString(on);
 }
 
-#define CAKE_FAST(name, doc) {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(name)), METH_FASTCALL, doc}
 
 PyMethodDef kMethods[] = {
     CAKE_FAST(setup, "Choose how tensors cross (the stable shims or the object layout); None where neither can."),
-    CAKE_FAST(fwd, "cake_rmsnorm::fwd without the dispatcher."),
-    CAKE_FAST(fwd_residual, "cake_rmsnorm::fwd_residual without the dispatcher."),
-    CAKE_FAST(fwd_out, "cake_rmsnorm::fwd_out without the dispatcher."),
-    CAKE_FAST(fwd_residual_out, "cake_rmsnorm::fwd_residual_out without the dispatcher."),
-    CAKE_FAST(bwd, "cake_rmsnorm::bwd without the dispatcher."),
-    CAKE_FAST(bwd_dx, "cake_rmsnorm::bwd_dx without the dispatcher."),
-    CAKE_FAST(bwd_out, "cake_rmsnorm::bwd_out without the dispatcher."),
-    CAKE_FAST(bwd_y, "cake_rmsnorm::bwd_y without the dispatcher."),
-    CAKE_FAST(bwd_y_dx, "cake_rmsnorm::bwd_y_dx without the dispatcher."),
+    CAKE_DIRECT_METHODS,
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,5 +1,6 @@
 // The CUDA implementations: the tensor's device is made current and the kernels run on its
 // current stream (so calls follow torch streams and can be captured in CUDA graphs).
+#include "gen/schemas.h"
 #include "ops_impl.h"
 #include "streams.h"
 

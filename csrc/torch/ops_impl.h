@@ -1,5 +1,6 @@
-// The op bodies, shared by the CPU and CUDA registrations; StreamOf supplies the stream
-// (null on the CPU) and any device guard.
+// The op bodies, shared by the CPU and CUDA registrations, the direct binding and the shims;
+// StreamOf supplies the stream (null on the CPU) and any device guard. Each body's signature is
+// its op's in the table (python/cake_rmsnorm/_optable.py; tests/test_op_table.py holds them).
 #pragma once
 
 #include "op_common.h"
@@ -96,14 +97,3 @@ struct Ops {
 };
 
 }  // namespace cake_torch
-
-#define CAKE_REGISTER_IMPLS(m, OPS)                                   \
-  m.impl("fwd", TORCH_BOX(&OPS::fwd));                                \
-  m.impl("fwd_residual", TORCH_BOX(&OPS::fwd_residual));              \
-  m.impl("fwd_out", TORCH_BOX(&OPS::fwd_out));                        \
-  m.impl("fwd_residual_out", TORCH_BOX(&OPS::fwd_residual_out));      \
-  m.impl("bwd", TORCH_BOX(&OPS::bwd));                                \
-  m.impl("bwd_dx", TORCH_BOX(&OPS::bwd_dx));                          \
-  m.impl("bwd_out", TORCH_BOX(&OPS::bwd_out));                        \
-  m.impl("bwd_y", TORCH_BOX(&OPS::bwd_y));                            \
-  m.impl("bwd_y_dx", TORCH_BOX(&OPS::bwd_y_dx))

@@ -53,41 +53,11 @@ AOTITorchError shim(const char* op, Body&& body) {
   return AOTI_TORCH_FAILURE;
 }
 
-template <typename Ops>
-AOTITorchError fwd(AtenTensorHandle x, AtenTensorHandle w, double eps, int32_t* out_dtype, AtenTensorHandle* y,
-                   AtenTensorHandle* rstd) {
-  return shim("fwd", [&] {
-    auto [yt, rt] = Ops::fwd(own(x), own(w), eps, dtype_of(out_dtype));
-    give(yt, y);
-    give(rt, rstd);
-  });
-}
-
-template <typename Ops>
-AOTITorchError fwd_residual(AtenTensorHandle x, AtenTensorHandle r, AtenTensorHandle w, double eps,
-                            int32_t* out_dtype, AtenTensorHandle* y, AtenTensorHandle* rstd, AtenTensorHandle* h) {
-  return shim("fwd_residual", [&] {
-    auto [yt, rt, ht] = Ops::fwd_residual(own(x), own(r), own(w), eps, dtype_of(out_dtype));
-    give(yt, y);
-    give(rt, rstd);
-    give(ht, h);
-  });
-}
-
-template <typename Ops>
-AOTITorchError bwd(AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd,
-                   AtenTensorHandle* g_residual, int32_t dw_in_w_dtype, AtenTensorHandle* dx, AtenTensorHandle* dw) {
-  return shim("bwd", [&] {
-    auto [dxt, dwt] = Ops::bwd(own(g), own(x), own(w), own(rstd), own_opt(g_residual), dw_in_w_dtype != 0);
-    give(dxt, dx);
-    give(dwt, dw);
-  });
-}
-
-template <typename Ops>
-AOTITorchError bwd_dx(AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd,
-                      AtenTensorHandle* g_residual, AtenTensorHandle* dx) {
-  return shim("bwd_dx", [&] { give(Ops::bwd_dx(own(g), own(x), own(w), own(rstd), own_opt(g_residual)), dx); });
+// A body's outputs into the shim's output handles, in order.
+void give_all(const Tensor& t, AtenTensorHandle* out) { give(t, out); }
+template <typename... Ts, typename... Outs>
+void give_all(const std::tuple<Ts...>& ts, Outs*... outs) {
+  std::apply([&](const auto&... t) { (give(t, outs), ...); }, ts);
 }
 
 using Cpu = cake_torch::Ops<cake_torch::CpuStream>;
@@ -95,27 +65,5 @@ using Cuda = cake_torch::Ops<cake_torch::CudaStream>;
 
 }  // namespace
 
-#define CAKE_SHIMS(device, OPS)                                                                              \
-  extern "C" __attribute__((visibility("default"))) AOTITorchError cake_rmsnorm_shim_##device##_fwd(         \
-      AtenTensorHandle x, AtenTensorHandle w, double eps, int32_t* out_dtype, AtenTensorHandle* y,           \
-      AtenTensorHandle* rstd) {                                                                              \
-    return fwd<OPS>(x, w, eps, out_dtype, y, rstd);                                                          \
-  }                                                                                                          \
-  extern "C" __attribute__((visibility("default"))) AOTITorchError cake_rmsnorm_shim_##device##_fwd_residual( \
-      AtenTensorHandle x, AtenTensorHandle r, AtenTensorHandle w, double eps, int32_t* out_dtype,            \
-      AtenTensorHandle* y, AtenTensorHandle* rstd, AtenTensorHandle* h) {                                    \
-    return fwd_residual<OPS>(x, r, w, eps, out_dtype, y, rstd, h);                                           \
-  }                                                                                                          \
-  extern "C" __attribute__((visibility("default"))) AOTITorchError cake_rmsnorm_shim_##device##_bwd(         \
-      AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd,                     \
-      AtenTensorHandle* g_residual, int32_t dw_in_w_dtype, AtenTensorHandle* dx, AtenTensorHandle* dw) {     \
-    return bwd<OPS>(g, x, w, rstd, g_residual, dw_in_w_dtype, dx, dw);                                       \
-  }                                                                                                          \
-  extern "C" __attribute__((visibility("default"))) AOTITorchError cake_rmsnorm_shim_##device##_bwd_dx(      \
-      AtenTensorHandle g, AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle rstd,                     \
-      AtenTensorHandle* g_residual, AtenTensorHandle* dx) {                                                  \
-    return bwd_dx<OPS>(g, x, w, rstd, g_residual, dx);                                                       \
-  }
-
-CAKE_SHIMS(cpu, Cpu)
-CAKE_SHIMS(cuda, Cuda)
+#define CAKE_SHIM_API __attribute__((visibility("default")))
+#include "gen/shims.h"  // each shimmed op on each device, from the op table

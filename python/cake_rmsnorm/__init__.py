@@ -116,7 +116,7 @@ def program_windows(route: str = None, hidden: int = None, sm: int = None, devic
     return out
 
 
-_DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+from ._cabi import DTYPE_CODES as _DTYPE_CODES  # noqa: E402  (cake_dtype_t, from the C header)
 
 
 def launch_plan(route: str, hidden: int, tokens: int, *, dtype=torch.bfloat16, weight_dtype=None, out_dtype=None,

@@ -234,12 +234,6 @@ def check_forward_inputs(x, w, residual, layout: bool = True) -> None:
         check_residual(residual, x, w, either=True)
     if not layout:  # the module serves every layout (through one copy where rows do not collapse)
         return
-    if x.dim() > 2 and not x.is_contiguous():
-        check_layout(x, "x")
-        if residual is not None:
-            check_layout(residual, "residual")
-    elif residual is not None and residual.dim() > 2 and not residual.is_contiguous():
-        check_layout(residual, "residual")
 
 
 _FORWARD_AD = ("cake_rmsnorm has no forward-mode derivative (torch.func.jvp, jacfwd, forward_ad dual tensors): "
@@ -275,26 +269,6 @@ def check_rstd(rstd, x: torch.Tensor, name: str = "rstd") -> torch.Tensor:
         raise ValueError(f"{name} must have x's leading shape {tuple(x.shape[:-1])}, got {tuple(rstd.shape)}")
     check_device(rstd, x, name)
     return rstd
-
-
-def _collapsible(t: torch.Tensor) -> bool:
-    """Leading dims contiguous with one another in row-major order (size-1 dims free)."""
-    if t.numel() == 0:
-        return True
-    # A size-1 dim's stride means nothing: compare neighbours among the other leading dims.
-    lead = [(n, s) for n, s in zip(t.shape[:-1], t.stride()[:-1]) if n != 1]
-    return all(s0 == s1 * n1 for (_, s0), (n1, s1) in zip(lead, lead[1:]))
-
-
-def check_layout(t: torch.Tensor, name: str) -> None:
-    """The N-D rule: a contiguous last dimension and leading dimensions contiguous with one
-    another (2-D inputs of any layout are served, through one copy when needed)."""
-    if t.dim() > 2 and ((t.shape[-1] > 1 and t.stride(-1) != 1) or not _collapsible(t)):
-        raise ValueError(
-            f"{name} of shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be viewed as "
-            f"[rows, hidden]: an N-D input needs a contiguous last dimension and leading "
-            f"dimensions contiguous with one another (stride(i) == stride(i+1) * size(i+1))"
-        )
 
 
 def _byte_range(t: torch.Tensor):

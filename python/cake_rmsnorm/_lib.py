@@ -7,6 +7,10 @@ import os
 
 import torch
 
+from ._cabi import DTYPE_NAMES as _DTYPE_NAMES
+from ._cabi import Plan as _Plan
+from ._cabi import Window as _Window
+
 _DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -61,14 +65,6 @@ binding = _direct_binding()  # "shims", "layout" or None
 direct = _direct if binding else None
 
 
-class _Group(ctypes.Structure):
-    _fields_ = [("threads_per_row", ctypes.c_int), ("groups_per_cta", ctypes.c_int), ("vectors_per_thread", ctypes.c_int),
-                ("ring_rows", ctypes.c_int), ("rows_per_group", ctypes.c_int)]
-
-    def as_dict(self):
-        return {name: getattr(self, name) for name, _ in self._fields_}
-
-
 class Window(tuple):
     """``(above, at_most, program)``, and in ``.group`` the program's row group and CTA as numbers
     (``threads_per_row``, ``groups_per_cta``, ``vectors_per_thread``, ``ring_rows``,
@@ -87,11 +83,6 @@ class Window(tuple):
     program = property(lambda self: self[2])
 
 
-class _Window(ctypes.Structure):
-    _fields_ = [("above", ctypes.c_int64), ("at_most", ctypes.c_int64), ("program", ctypes.c_char * 48),
-                ("group", _Group)]
-
-
 _c.cake_rmsnorm_backward_workspace_bytes.restype = ctypes.c_size_t
 _c.cake_rmsnorm_backward_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
 _c.cake_rmsnorm_backward_chunks.restype = ctypes.c_int64
@@ -102,22 +93,6 @@ _c.cake_rmsnorm_built_archs.restype = ctypes.c_uint
 _c.cake_rmsnorm_program_windows_sms.restype = ctypes.c_int
 _c.cake_rmsnorm_program_windows_sms.argtypes = [
     ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(_Window), ctypes.c_int]
-
-class _Kernel(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int) for name in ("family", "x_dtype", "y_dtype", "w_dtype", "residual", "vectors",
-                                                  "tpr", "rows", "w_load", "warp_sync", "pair",
-                                                  "residual_dtype", "from_y")]
-
-
-class _Plan(ctypes.Structure):
-    _fields_ = [("program", ctypes.c_char * 48), ("streaming", ctypes.c_int), ("exact", ctypes.c_int),
-                ("warp_sync", ctypes.c_int), ("w_load", ctypes.c_int), ("chunks", ctypes.c_int64),
-                ("pair_min_resident", ctypes.c_int), ("pair_cta", ctypes.c_int), ("finalize_cols", ctypes.c_int),
-                ("finalize_lanes", ctypes.c_int), ("table_measured", ctypes.c_int), ("one_launch", ctypes.c_int),
-                ("dx_ctas", ctypes.c_int64), ("dw_ctas", ctypes.c_int64), ("warp_chunks", ctypes.c_int),
-                ("group", _Group), ("kernel", _Kernel), ("grid", ctypes.c_int64), ("block", ctypes.c_int),
-                ("smem_bytes", ctypes.c_int64), ("finalize", ctypes.c_int), ("finalize_grid", ctypes.c_int64)]
-
 
 _c.cake_rmsnorm_last_launch.restype = ctypes.c_int
 _c.cake_rmsnorm_last_launch.argtypes = [ctypes.POINTER(_Plan)]
@@ -216,8 +191,13 @@ def windows(route: str, hidden: int, sm: int, sms: int = 0) -> list:
     n = _c.cake_rmsnorm_program_windows_sms(route.encode(), hidden, sm, sms, buf, 16)
     if n < 0:
         return []
-    return [Window(w.above, None if w.at_most < 0 else w.at_most, w.program.decode(), w.group.as_dict())
+    return [Window(w.above, None if w.at_most < 0 else w.at_most, w.program.decode(), _group(w.group))
             for w in buf[:n]]
+
+
+def _group(g):
+    """A cake_rmsnorm_group as a dict of its fields."""
+    return {name: getattr(g, name) for name, _ in g._fields_}
 
 
 _W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
@@ -226,7 +206,6 @@ _W_LOADS = {0: "with x", 1: "after the sum of squares", 2: "at each use"}
 # Kernel families and dtype codes as cake_rmsnorm_kernel spells them (dispatch/kernel_key.h).
 FAMILIES = ("fwd_ring", "fwd_streaming", "bwd_rows", "bwd_wide_rows", "bwd_one_launch", "bwd_one_launch_wide_rows",
             "bwd_warp_chunks", "fp32_fwd", "fp32_bwd")
-_DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
 
 def _launch(out):
@@ -257,7 +236,7 @@ def plan(route: str, hidden: int, rows: int, sm: int, sms: int, x_code: int, w_c
         raise RuntimeError(f"launch_plan: the {route} plan for hidden {hidden}, {rows} rows on sm {sm} has no compiled kernel")
     if rc != 0:
         return None
-    d = {"program": out.program.decode(), "group": out.group.as_dict(), "exact": bool(out.exact),
+    d = {"program": out.program.decode(), "group": _group(out.group), "exact": bool(out.exact),
          "measured": bool(out.table_measured)}
     if route.startswith("fwd"):
         d.update(kernel="streaming" if out.streaming else "ring", warp_sync=bool(out.warp_sync))
@@ -281,4 +260,4 @@ def last_launch():
     out = _Plan()
     if _c.cake_rmsnorm_last_launch(ctypes.byref(out)) != 0:
         return None
-    return {"program": out.program.decode(), "group": out.group.as_dict(), "launch": _launch(out)}
+    return {"program": out.program.decode(), "group": _group(out.group), "launch": _launch(out)}

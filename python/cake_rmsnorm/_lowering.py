@@ -34,11 +34,12 @@ import torch
 import torch.autograd.profiler as _profiler
 
 from ._lib import direct, ops
+from ._optable import OPS as _TABLE
 from ._schema import shim_params
 
 __all__ = ["install", "installed", "OPS"]
 
-OPS = ("fwd", "fwd_residual", "bwd", "bwd_dx")
+OPS = tuple(op.name for op in _TABLE if op.shim)  # the functional ops inductor lowers here
 
 def shim_declarations(name):
     """Inductor calls op ``name``'s shim aoti_torch_<device>_<name> (parameters from the op's

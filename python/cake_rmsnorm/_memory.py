@@ -18,12 +18,12 @@ import weakref
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook as _register_step_hook
 
+from ._cabi import DTYPE_CODES as _DTYPE
 from ._lib import _c
 from ._sharding import is_dtensor
 
 __all__ = ["rebuild_range", "saves_y", "track", "refresh", "why_saves_x"]
 
-_DTYPE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}  # cake_dtype_t
 _c.cake_rmsnorm_y_rebuild_range.restype = ctypes.c_int
 _c.cake_rmsnorm_y_rebuild_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_float),
                                             ctypes.POINTER(ctypes.c_float)]

@@ -19,6 +19,7 @@ from ._fusion import install as _install_fusion
 from ._lib import ops  # noqa: F401  (loads the library that defines the ops)
 from ._lowering import install as _install_lowering
 from ._schema import NAMES, SCHEMAS, Arg
+from ._vmap import install as _install_vmap
 
 
 def _on_trace():
@@ -67,3 +68,6 @@ def _fake(name):
 
 for _name in NAMES:
     torch.library.register_fake(f"{_NS}::{_name}")(_fake(_name))
+
+# vmap rules (torch.func): the batch folds into rows where it can (_vmap.py).
+_install_vmap()

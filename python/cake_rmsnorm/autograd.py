@@ -77,9 +77,23 @@ def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, from_y=False, dx_d
     return dx, dw.to(dtype or w.dtype)
 
 
-class CakeRMSNormFunction(torch.autograd.Function):
-    """``apply(x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None)``,
-    inputs validated by the caller (:func:`cake_rmsnorm` does).
+def _backward(ctx, grad_y, grad_h):
+    """Both Functions' backward: (dx, dw, dresidual), each None where not wanted."""
+    if torch.is_grad_enabled() and not torch._C._are_functorch_transforms_active():
+        raise RuntimeError("cake_rmsnorm has no second-order derivative: its fused backward cannot be "
+                           "differentiated (backward with create_graph=True through it)")
+    xs, w, rstd, main_grad = ctx.saved_tensors
+    g_res = grad_h if ctx.has_residual else None
+    dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1], ctx.dx_dtype)
+    dres = None
+    if ctx.has_residual and ctx.needs_input_grad[3]:
+        dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
+    return dx, dw, dres
+
+
+class _NormFunction(torch.autograd.Function):
+    """``apply(x, w, eps, residual, main_grad, out_dtype, save_y)``, inputs validated by the caller
+    (:func:`apply` makes this one positional call; everything above it passes options by name).
 
     Returns ``y`` (no residual) or ``(y, h_new)``. The backward is the fused backward kernel
     and the dw finalize, which writes dw in w's dtype itself (FP32 accumulation, one rounding):
@@ -88,10 +102,11 @@ class CakeRMSNormFunction(torch.autograd.Function):
     [H] buffer), dw is added into it in place and no weight gradient is returned. Saves only
     (x or h_new, w, rstd); with ``save_y`` (the memory-efficient mode, where the weight passed
     the rebuild rule: _memory.py), (y, w, rstd), and the backward rebuilds xhat = y (1 / w).
+    Under torch.func's transforms the call goes to :class:`_TransformableFunction` instead.
     """
 
     @staticmethod
-    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None, save_y=False):
+    def forward(ctx, x, w, eps, residual, main_grad, out_dtype, save_y):
         ctx.dx_dtype = x.dtype if save_y else None
         if residual is None:
             y, rstd = _fwd(x, w, eps, out_dtype)
@@ -106,16 +121,81 @@ class CakeRMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y, grad_h=None):
-        if torch.is_grad_enabled():  # create_graph=True: a graph of this backward is asked for
-            raise RuntimeError("cake_rmsnorm has no second-order derivative: its fused backward cannot be "
-                               "differentiated (backward with create_graph=True through it)")
-        xs, w, rstd, main_grad = ctx.saved_tensors
-        g_res = grad_h if ctx.has_residual else None
-        dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1], ctx.dx_dtype)
-        dres = None
-        if ctx.has_residual and ctx.needs_input_grad[3]:
-            dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
+        dx, dw, dres = _backward(ctx, grad_y, grad_h)
+        return dx, dw, None, dres, None, None, None
+
+
+class CakeRMSNormFunction(_NormFunction):
+    """The public Function with the seeds' signature, ``apply(x, w, eps, residual=None,
+    deterministic=True, main_grad=None, out_dtype=None, save_y=False)``, inputs validated by the
+    caller (``deterministic`` is accepted and changes nothing). :func:`cake_rmsnorm` is the
+    checked call."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None, save_y=False):
+        del deterministic  # the seeds' argument: dw is deterministic on every path
+        return _NormFunction.forward(ctx, x, w, eps, residual, main_grad, out_dtype, save_y)
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_h=None):
+        dx, dw, dres = _backward(ctx, grad_y, grad_h)
         return dx, dw, None, dres, None, None, None, None
+
+
+class _TransformableFunction(torch.autograd.Function):
+    """The same call in the form torch.func's transforms take (grad, vmap, jacrev, jvp, jacfwd,
+    functional_call under them, forward-mode dual tensors): forward without ctx, setup_context,
+    rstd as a non-differentiable output, vmap rules generated (the ops' own, _vmap.py: a batch
+    folds into rows, so the kernels' bits) and a jvp from the saved statistics. Plain eager and
+    compiled calls keep :class:`CakeRMSNormFunction`, whose one output costs less host time."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w, eps, residual, main_grad, out_dtype, save_y):
+        if residual is None:
+            return _fwd(x, w, eps, out_dtype)
+        return _fwd_residual(x, residual, w, eps, out_dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, eps, residual, main_grad, out_dtype, save_y = inputs
+        has_res = residual is not None
+        y, rstd = output[0], output[1]
+        h = output[2] if has_res else x
+        ctx.dx_dtype = x.dtype if save_y else None
+        ctx.y_dtype = y.dtype
+        ctx.has_residual = has_res
+        ctx.residual_dtype = residual.dtype if has_res else None
+        ctx.save_for_backward(y if save_y else h, w, rstd, main_grad)
+        ctx.save_for_forward(h, w, rstd)
+        ctx.mark_non_differentiable(rstd)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_rstd, grad_h=None):
+        del grad_rstd  # rstd is not differentiable
+        dx, dw, dres = _backward(ctx, grad_y, grad_h)
+        return dx, dw, None, dres, None, None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, w_t, eps_t, r_t, mg_t, od_t, sy_t):
+        """y = xhat * w with xhat = h * rstd: y' = rstd w (h' - xhat mean(xhat h')) + xhat w'; in FP32."""
+        h, w, rstd = ctx.saved_tensors  # save_for_forward's
+        h_t = x_t if r_t is None else (r_t if x_t is None else x_t + r_t)
+        y_dtype = ctx.y_dtype
+        r = rstd.unsqueeze(-1)
+        xhat = h.float() * r
+        y_t = None
+        if h_t is not None:
+            ht = h_t.float()
+            y_t = r * (ht - xhat * (xhat * ht).mean(-1, keepdim=True)) * w.float()
+        if w_t is not None:
+            y_t = xhat * w_t.float() if y_t is None else y_t + xhat * w_t.float()
+        y_t = None if y_t is None else y_t.to(y_dtype)
+        if ctx.has_residual:
+            return y_t, None, (None if h_t is None else h_t.to(h.dtype))
+        return y_t, None
 
 
 def cake_rmsnorm(
@@ -147,7 +227,8 @@ def cake_rmsnorm(
         ``out_dtype`` (the branch's dtype), w the branch's dtype or float32, and the branch's
         gradient comes back in its dtype.
     deterministic : bool
-        Passed to the backward (see :func:`cake_rmsnorm_train_backward`).
+        Accepted for the seeds' API and checked; it changes nothing: dw is summed in a fixed order
+        on every path, and no faster non-deterministic dw was found (docs/python_api.md).
     main_grad : torch.Tensor, optional
         FP32 ``[H]`` buffer (Megatron's ``main_grad``): the backward adds dw into it in place and
         returns no gradient for ``w``.
@@ -180,11 +261,6 @@ def cake_rmsnorm(
         out_dtype = C.check_out_dtype(out_dtype, mixed[0] if mixed else x)
         if mixed:
             C.check_residual(residual, x, w, out_dtype, either=True)
-    if isinstance(x, torch.Tensor) and x.dim() > 2 and not x.is_contiguous():
-        C.check_layout(x, "x")
-    if residual is not None and isinstance(residual, torch.Tensor) and residual.dim() > 2 \
-            and not residual.is_contiguous():
-        C.check_layout(residual, "residual")
     save_y = False
     if memory_efficient is not False:
         C.check_bool(memory_efficient, "memory_efficient")
@@ -194,7 +270,7 @@ def cake_rmsnorm(
                     and isinstance(x, torch.Tensor) and y_dtype_of(x, residual, out_dtype) in C.ACT_DTYPES:
                 warnings.warn("cake_rmsnorm(memory_efficient=True) saves x, not y: w has columns outside the range "
                               "y rebuilds x from (docs/python_api.md#memory-efficient-mode)", stacklevel=2)
-    return apply(x, w, eps, residual, deterministic, main_grad, out_dtype, save_y)
+    return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, save_y=save_y)
 
 
 def y_dtype_of(x, residual, out_dtype):
@@ -209,33 +285,51 @@ def y_rebuilds(x, w, residual, out_dtype, source=None, transform=None):
     return _saves_y(w, y_dtype_of(x, residual, out_dtype), x.shape[-1], source, transform)
 
 
-def apply(x, w, eps, residual, deterministic, main_grad, out_dtype=None, save_y=False):
-    """The autograd call on inputs whose scalar options are checked (eps, deterministic,
-    main_grad, out_dtype). In eager the kernels' own checks gate the call, and a refusal re-runs
-    the Python checks for the documented error; traced calls check up front."""
+def apply(x, w, residual=None, *, eps, main_grad=None, out_dtype=None, save_y=False):
+    """The autograd call on inputs whose scalar options are checked (eps, main_grad, out_dtype),
+    options by name. In eager the kernels' own checks gate the call, and a refusal re-runs the
+    Python checks for the documented error; traced calls check up front."""
     if not _eager():
+        if _transforms():  # torch.func (grad, vmap, jvp, ...) or forward-mode dual tensors
+            C.check_forward_inputs(x, w, residual, layout=False)
+            return _apply_transformable(x, w, residual, eps, main_grad, out_dtype, save_y)
         C.check_forward_mode(x, w, residual)
         C.check_forward_inputs(x, w, residual, layout=False)
-        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd, _fwd_residual, save_y)
-    if _fw_ad._current_level >= 0:  # inside forward_ad.dual_level(): dual tensors may come in
-        C.check_forward_mode(x, w, residual)
+        return _apply(x, w, residual, eps, main_grad, out_dtype, save_y, _fwd, _fwd_residual)
+    if _fw_ad._current_level >= 0 and _dual(x, w, residual):  # forward_ad.dual_level() with dual inputs
+        return _apply_transformable(x, w, residual, eps, main_grad, out_dtype, save_y)
     try:
-        return _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, _fwd_eager, _fwd_residual_eager,
-                      save_y)
+        return _apply(x, w, residual, eps, main_grad, out_dtype, save_y, _fwd_eager, _fwd_residual_eager)
     except Exception:
         C.check_forward_inputs(x, w, residual, layout=False)  # raises the documented error
         raise
 
 
-def _apply(x, w, eps, residual, deterministic, main_grad, out_dtype, fwd, fwd_residual, save_y=False):
-    """CakeRMSNormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd
-    node to build: inference, frozen layers, activation recompute). A float32 residual beside a
-    16-bit x goes in as x (the kernels' stream); the add, and each input's gradient, are the same."""
+def _transforms() -> bool:
+    return not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active()
+
+
+def _dual(*ts) -> bool:
+    return any(isinstance(t, torch.Tensor) and _fw_ad.unpack_dual(t).tangent is not None for t in ts)
+
+
+def _apply_transformable(x, w, residual, eps, main_grad, out_dtype, save_y):
+    """_apply's call under torch.func's transforms and forward-mode AD (_TransformableFunction)."""
+    if residual is not None and residual.dtype is not x.dtype and residual.dtype is torch.float32:
+        x, residual = residual, x
+    out = _TransformableFunction.apply(x, w, eps, residual, main_grad, out_dtype, save_y)
+    return out[0] if residual is None else (out[0], out[2])
+
+
+def _apply(x, w, residual, eps, main_grad, out_dtype, save_y, fwd, fwd_residual):
+    """_NormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd node to
+    build: inference, frozen layers, activation recompute). A float32 residual beside a 16-bit x
+    goes in as x (the kernels' stream); the add, and each input's gradient, are the same."""
     if residual is not None and residual.dtype is not x.dtype and residual.dtype is torch.float32:
         x, residual = residual, x
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
-        return CakeRMSNormFunction.apply(x, w, eps, residual, deterministic, main_grad, out_dtype, save_y)
+        return _NormFunction.apply(x, w, eps, residual, main_grad, out_dtype, save_y)
     if residual is None:
         return fwd(x, w, eps, out_dtype)[0]
     y, _, h = fwd_residual(x, residual, w, eps, out_dtype)

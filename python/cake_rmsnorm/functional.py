@@ -179,9 +179,6 @@ def cake_rmsnorm_train_forward(
                              "cake_rmsnorm_train_forward is not differentiable: call cake_rmsnorm(x, w, eps, ...) "
                              "(autograd), or run it under torch.no_grad()")
 
-    C.check_layout(x, "x")
-    if residual is not None:
-        C.check_layout(residual, "residual")
     # The ops read N-D inputs in place (or through one copy) and write caller buffers of any
     # layout directly or through a copy back.
     if out is None and rstd is None and residual_out is None:
@@ -290,10 +287,6 @@ def cake_rmsnorm_train_backward(
                 raise ValueError("workspace must be 16-byte aligned")
     C.check_no_overlap({"dx": dx, "dw": dw, "workspace": workspace},
                        {"g": g, "x": x, "w": w, "rstd": rstd, "g_residual": g_residual})
-    for t, name in ((g, "g"), (x, "x"), (g_residual, "g_residual")):
-        if t is not None:
-            C.check_layout(t, name)
-
     # The ops read N-D inputs in place (or through one copy), write caller buffers of any
     # layout (directly or through a copy back) and allocate the workspace when none is given.
     if not weight_grad and dx is None:

@@ -12,6 +12,7 @@ from ._checks import (_BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HAL
                       mixed_stream)
 from ._lib import cuda_refusal
 from . import _memory
+from ._probe import eps_of, probe_norm
 from .autograd import apply, y_dtype_of, y_rebuilds
 
 _WARNED = set()  # CUDA devices the module warned it runs torch's formula on
@@ -152,13 +153,12 @@ class RMSNorm(nn.RMSNorm):
             zero_centered = False if zero_centered is None else zero_centered
             eps = module.eps if eps is None else eps
         elif zero_centered is None or eps is None:
-            from .patching import _eps_of, probe_norm  # patching imports this module
             found, why = probe_norm(module) if zero_centered is None else (zero_centered, "")
             if found is None:
                 raise ValueError(f"module ({type(module).__name__}) does not compute an RMSNorm this class can "
                                  f"take over: {why}")
             zero_centered = found
-            eps = _eps_of(module) if eps is None else eps
+            eps = eps_of(module) if eps is None else eps
         if not isinstance(zero_centered, bool):
             raise TypeError(f"zero_centered must be a bool, got {type(zero_centered).__name__}")
         w = getattr(module, "weight", None)
@@ -237,10 +237,10 @@ class RMSNorm(nn.RMSNorm):
         CPU-only build), torch's formula with one warning a device."""
         if torch.compiler.is_compiling():  # the verdict as last taken outside the graph (_memory.track)
             save_y = self.memory_efficient and self._y_ok is True
-            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
+            return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, save_y=save_y)
         save_y = self.memory_efficient and torch.is_grad_enabled() and self._saves_y(x, w, residual, out_dtype)
         try:
-            return apply(x, w, eps, residual, self.deterministic, main_grad, out_dtype, save_y)
+            return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, save_y=save_y)
         except RuntimeError:
             why = _kernel_refusal(x)
             if why is None:

@@ -21,27 +21,13 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _DTYPE_CODES as _DTYPE  # cake_dtype_t codes
 from . import _checks as C
+from ._cabi import DTYPE_CODES as _DTYPE
+from ._cabi import MAX_GIVEN_CHUNKS as _MAX_CHUNKS
+from ._cabi import BwdArgs as _BwdArgs
 from ._lib import _c
 
 __all__ = ["chunks_per_rank", "backward_partials", "dw_from_partials", "sequence_parallel_backward"]
-
-_MAX_CHUNKS = 4096  # contract.h, kMaxGivenChunks
-
-
-class _BwdArgs(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_int), ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int),
-                ("rows", ctypes.c_int64), ("hidden", ctypes.c_int64),
-                ("g", ctypes.c_void_p), ("g_row_stride", ctypes.c_int64),
-                ("x", ctypes.c_void_p), ("x_row_stride", ctypes.c_int64),
-                ("w", ctypes.c_void_p), ("rstd", ctypes.c_void_p),
-                ("g_residual", ctypes.c_void_p), ("g_residual_row_stride", ctypes.c_int64),
-                ("dx", ctypes.c_void_p), ("dx_row_stride", ctypes.c_int64),
-                ("dw", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
-                ("max_ctas", ctypes.c_int), ("accumulate_dw", ctypes.c_int), ("dw_in_w_dtype", ctypes.c_int),
-                ("g_dtype_set", ctypes.c_int), ("g_dtype", ctypes.c_int),
-                ("y", ctypes.c_void_p), ("y_row_stride", ctypes.c_int64)]  # y: the backward from y (unused here)
 
 
 _c.cake_rmsnorm_backward_partials.restype = ctypes.c_int

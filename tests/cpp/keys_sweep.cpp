@@ -92,8 +92,18 @@ int main() {
                 if (fin == 0 && (is_forward(route) || hooks != 0)) continue;
                 for (int rd : residual_dtypes(c, route))
                   for (int fy = 0; fy < (is_forward(route) ? 1 : 2); ++fy) {  // the backward from y too
-                    const Call call{route, c[0], c[1], c[2], h, t, chunks, fin == 1, false, capped ? 1 : 0, rd,
-                                    fy == 1};
+                    Call call;
+                    call.route = route;
+                    call.x = c[0];
+                    call.y = c[1];
+                    call.w = c[2];
+                    call.hidden = h;
+                    call.rows = t;
+                    call.chunks = chunks;
+                    call.finalize_dw = fin == 1;
+                    call.max_ctas = capped ? 1 : 0;
+                    call.r = rd;
+                    call.from_y = fy == 1;
                     Launch l;
                     ++calls;
                     if (resolve(call, d, o, &l) != Resolved::kOk) {
@@ -131,7 +141,15 @@ int main() {
                         o.program[back] = p;
                         o.exact_groups = exact == 1;
                         const int chunks = back ? static_cast<int>(backward_chunks(t, h)) : 0;
-                        const Call call{route, c[0], c[1], c[2], h, t, chunks, back == 1, false, 0};
+                        Call call;
+                        call.route = route;
+                        call.x = c[0];
+                        call.y = c[1];
+                        call.w = c[2];
+                        call.hidden = h;
+                        call.rows = t;
+                        call.chunks = chunks;
+                        call.finalize_dw = back == 1;
                         Launch l;
                         ++calls;
                         const Resolved got = resolve(call, DeviceFacts{90, 132, many}, o, &l);

@@ -149,12 +149,14 @@ CAKE_API cake_status_t cake_rmsnorm_backward(const cake_rmsnorm_bwd_args* args, 
  * (args->dw must be NULL), the FP32 partials of `chunks` row chunks into the workspace
  * ([chunks, hidden] FP32, at least chunks * hidden * 4 bytes; chunk c holds rows
  * floor(c * rows / chunks) up to the next chunk's, summed in row order with compensation);
- * 1 <= chunks <= rows, chunks <= 4096. cake_rmsnorm_dw_finalize sums `chunks` such partials
+ * 1 <= chunks <= rows, chunks <= CAKE_RMSNORM_MAX_GIVEN_CHUNKS. cake_rmsnorm_dw_finalize sums `chunks` such partials
  * (contiguous, [chunks, hidden], 16-byte aligned on CUDA) in chunk order into dw, of dw_dtype
  * (FP32, or a 16-bit type rounded once; accumulate: dw += the sum, FP32 only). Where ranks
  * split T evenly and their count divides cake_rmsnorm_backward_chunks(T, hidden), each rank's
  * partials with chunks / ranks chunks are exactly its share of the global chunks, and the
  * finalize over all of them in rank order gives the single-process dw bitwise. */
+/* The most chunks cake_rmsnorm_backward_partials and cake_rmsnorm_dw_finalize take. */
+#define CAKE_RMSNORM_MAX_GIVEN_CHUNKS 4096
 CAKE_API cake_status_t cake_rmsnorm_backward_partials(const cake_rmsnorm_bwd_args* args, int64_t chunks,
                                                       void* stream);
 CAKE_API cake_status_t cake_rmsnorm_dw_finalize(cake_device_t device, const float* partials, int64_t chunks,
