@@ -266,7 +266,7 @@ def main():
         # What the test suite needs (nothing in it skips for a missing package with these), and
         # the benchmark's plot.
         # (timm: transformers' Gemma3n builds its vision tower with it).
-        extras_require={"test": ["pytest", "numpy", "hypothesis", "transformers", "expecttest", "timm"],
+        extras_require={"test": ["pytest", "pytest-xdist", "numpy", "hypothesis", "transformers", "expecttest", "timm"],
                         "bench": ["matplotlib"]},
         zip_safe=False,
     )

@@ -43,13 +43,13 @@ def _families():
 def _plain_rmsnorm(module) -> bool:
     w = getattr(module, "weight", None)
     return (type(module).__name__.endswith("RMSNorm") and isinstance(w, torch.nn.Parameter) and w.dim() == 1
-            and getattr(module, "bias", None) is None and not cr.patching._extra_forward_args(module))
+            and getattr(module, "bias", None) is None and not cr._probe._extra_forward_args(module))
 
 
 def _weightless_rmsnorm(module) -> bool:
     name = type(module).__name__
     return (("RMSNorm" in name or name.endswith("L2Norm")) and not any(True for _ in module.parameters())
-            and cr.patching._eps_of(module) is not None and not cr.patching._extra_forward_args(module))
+            and cr._probe.eps_of(module) is not None and not cr._probe._extra_forward_args(module))
 
 
 def _causal_lm_config(model_type, kw):

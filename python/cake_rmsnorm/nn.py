@@ -18,10 +18,14 @@ from .autograd import apply, y_dtype_of, y_rebuilds
 _WARNED = set()  # CUDA devices the module warned it runs torch's formula on
 
 
+def width_reason(width):
+    return f"width {width} is not a multiple of 8 (the kernels' 16-byte vectors)"
+
+
 def fallback_reason(x, residual, width):
     """Why a call of these inputs runs torch's formula instead of the kernels (None: it does not)."""
     if width % 8:
-        return f"width {width} is not a multiple of 8 (the kernels' 16-byte vectors)"
+        return width_reason(width)
     if x.dtype not in ACT_DTYPES:
         return f"{x.dtype} activations (the kernels take bfloat16, float16 and float32)"
     if x.device.type not in ("cpu", "cuda"):
@@ -169,7 +173,7 @@ class RMSNorm(nn.RMSNorm):
                   **kwargs)
         if w is not None:
             new.weight = w
-            if new.memory_efficient:
+            if new.memory_efficient and not w.is_meta:  # a meta weight gets its verdict once it is real
                 _memory.refresh([new])
         elif shape is None:  # a weightless norm that keeps no width (Llama4's L2 norm): any last dim
             new.any_width = True
@@ -289,14 +293,17 @@ class RMSNorm(nn.RMSNorm):
         if module.memory_efficient:
             _memory.refresh([module])
 
-    def _say_fallback(self, why):
-        """One warning a module and reason: a fallback is never silent, and never noisy."""
+    def _say_fallback(self, why, quiet=False):
+        """One warning a module and reason: a fallback is never silent, and never noisy (quiet:
+        said already, by patch()'s one warning for every module it lists in report.fallback)."""
         if torch.compiler.is_compiling():
             return  # said by the eager call that precedes tracing, or by patch()'s report
         said = self.__dict__.setdefault("_fallbacks_said", set())
         if why in said:
             return
         said.add(why)
+        if quiet:
+            return
         name = self.__dict__.get("_path")
         who = f"cake_rmsnorm.RMSNorm {name!r}" if name else f"cake_rmsnorm.RMSNorm({self.extra_repr()})"
         warnings.warn(f"{who} runs torch's eager formula, not the fused kernels: {why}", stacklevel=4)

@@ -16,6 +16,7 @@ from . import _memory
 from ._probe import eps_of as _eps_of
 from ._probe import probe_norm
 from .nn import RMSNorm
+from .nn import width_reason as _width_reason
 
 __all__ = ["patch", "unpatch", "patched", "PatchReport", "probe_norm"]
 
@@ -134,6 +135,7 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         width = math.prod(new.normalized_shape) if not new.any_width else None
         if width is not None and width % 8:
             report.fallback.append((path, cls, f"width {width} is not a multiple of 8: torch's eager formula runs"))
+            new._say_fallback(_width_reason(width), quiet=True)  # patch()'s warning below says it, once
     if report.fallback:
         warnings.warn(f"cake_rmsnorm.patch replaced {len(report.replaced)} modules; {len(report.fallback)} of them "
                       "run torch's eager formula, not the fused kernels: "
@@ -148,6 +150,7 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
     if memory_efficient and _checkpointing(model):
         report.notes.append("activation checkpointing is on: the blocks' forwards run again in the backward, so "
                             "memory_efficient saves nothing there")
+    model.__dict__.setdefault("_cake_rmsnorm_reports", []).append(report)  # unpatch(model) finds it
     missed = sorted({(cls, reason) for _, cls, reason in report.skipped if "rms" in cls.lower()})
     if missed:
         warnings.warn("cake_rmsnorm.patch left these RMSNorm-like modules alone: "
@@ -155,15 +158,20 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
     return report
 
 
-def unpatch(model: nn.Module, report: PatchReport) -> None:
-    """Put back the modules ``patch`` replaced."""
+def unpatch(model: nn.Module, report: Optional[PatchReport] = None) -> None:
+    """Put back the modules ``patch`` replaced: those of ``report``, or (None) of every patch of
+    ``model`` not yet undone, the latest first."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(report, PatchReport):
+    if report is not None and not isinstance(report, PatchReport):
         raise TypeError(f"report must be the PatchReport that patch(model) returned, got {type(report).__name__}")
-    for path, module in report._originals.items():
-        _set_submodule(model, path, module)
-    report._originals.clear()
+    done = model.__dict__.setdefault("_cake_rmsnorm_reports", [])
+    for r in ([report] if report is not None else list(reversed(done))):
+        for path, module in r._originals.items():
+            _set_submodule(model, path, module)
+        r._originals.clear()
+        if r in done:
+            done.remove(r)
 
 
 @contextlib.contextmanager
