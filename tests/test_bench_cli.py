@@ -251,3 +251,39 @@ def test_replay_times_name_each_arms_kernels():
          (8, 9, "bitwise_not")]
     got = replay_times(k, ["ours", "peer"], {"ours": 1.0, "peer": 2.0})
     assert got["ours"] == (3.0, 1.0, ["rms_a", "rms_b"]) and got["peer"] == (1.0, 2.0, ["cute_rms"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")
+def test_the_cpu_run_names_only_what_the_user_asked_for(tmp_path, capsys):
+    assert main(["--ops", "fwd", "--hidden", "64", "--tokens", "4", "--out", str(tmp_path / "a")]) == 0
+    assert "not honoured" not in capsys.readouterr().err  # no --peers given: nothing to refuse
+    assert main(["--ops", "fwd", "--hidden", "64", "--tokens", "4", "--peers", "F,qk", "--out",
+                 str(tmp_path / "b")]) == 0
+    assert "--peers not honoured" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the full protocol, not the CPU smoke run")
+def test_a_busy_machines_run_is_called_unreliable(tmp_path, capsys, monkeypatch):
+    import cake_rmsnorm.bench.run as run
+    monkeypatch.setattr(run, "UNRELIABLE_SPREAD", 1.0)  # every real spread exceeds it
+    assert main(["--ops", "fwd", "--hidden", "64", "--tokens", "4", "--out", str(tmp_path / "a")]) == 0
+    assert "UNRELIABLE" in capsys.readouterr().err
+    assert all(r.get("unreliable") for r in json.load(open(tmp_path / "a.json"))["rows"])
+
+
+def test_windows_says_which_tables_this_build_cannot_run_and_survives_a_closed_pipe():
+    import subprocess
+    import sys
+    import cake_rmsnorm as cr
+    p = subprocess.Popen([sys.executable, "-m", "cake_rmsnorm", "windows", "--hidden", "512,1024,2048,4096"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    p.stdout.close()  # as `| head -1` does
+    err = p.stderr.read()
+    p.wait()
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    missing = [sm for sm in cr.SHIPPED_ARCHS if sm not in cr.built_archs()]
+    if missing and not torch.cuda.is_available():
+        r = subprocess.run([sys.executable, "-m", "cake_rmsnorm", "windows", "--hidden", "512"],
+                           capture_output=True, text=True)
+        assert f"sm_{missing[0]}a: not in this build" in r.stderr

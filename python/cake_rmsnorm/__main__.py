@@ -90,8 +90,12 @@ def _windows_main(argv):
         if a.sm is None:
             print("no CUDA device: every shipped architecture at its reference device's SM count "
                   + ", ".join(f"sm_{sm}a {n}" for sm, n in sms_of.items()), file=sys.stderr)
+    built = cr.built_archs()
     try:
         for sm in archs:
+            if sm not in built:  # the tables are the library's either way; the kernels are not here
+                print(f"sm_{sm}a: not in this build (built: {', '.join(f'sm_{b}a' for b in built) or 'none, CPU-only'}); "
+                      "its tables are shown, but this library cannot run them", file=sys.stderr)
             print(windows_text(a.hidden, sm, a.route, sms_of[sm]))
             if a.plan:
                 print(plans_text(a.hidden, a.plan, sm, sms_of[sm], a.route, a.fp32_weight, a.dtype))
@@ -128,5 +132,15 @@ def main(argv=None):
     return 2
 
 
+def _main_piped():
+    """main(), quiet when the reader of stdout goes away (`windows ... | head`)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_piped())

@@ -193,8 +193,8 @@ def cpu_ignored(args):
         out["--per-head"] = "the CPU run times plain [T, H] rows only"
     if args.mode != "det":
         out["--mode"] = "the CPU path has one (deterministic) backward"
-    extra = [p for p in args.peers if p != "F"]
-    if extra:
+    extra = [p for p in args.peers if p != "F"] if getattr(args, "peers_given", False) else []
+    if extra:  # only where the user asked for them: the default names every peer
         out["--peers"] = f"{','.join(extra)} run on a GPU only; the CPU run compares with F.rms_norm"
     if args.floor:
         out["--floor"] = "the traffic floor is a GPU measurement"
@@ -245,7 +245,19 @@ def run_cpu(args, on_row=lambda rows, missing: None):
                 rows.append(row)
             on_row(rows, {})
     _progress(len(todo), len(todo), "done")
+    noisy = [r for r in rows if r["speedup_spread"][1] > UNRELIABLE_SPREAD * max(r["speedup_spread"][0], 1e-9)]
+    if noisy:  # the paired blocks disagree: something else ran on this machine meanwhile
+        print(f"UNRELIABLE: {len(noisy)} of {len(rows)} rows' paired blocks differ by more than "
+              f"{UNRELIABLE_SPREAD:g}x in speedup (e.g. {noisy[0]['op']} H {noisy[0]['H']} T {noisy[0]['T']}: "
+              f"{noisy[0]['speedup_spread'][0]}-{noisy[0]['speedup_spread'][1]}x); the machine was busy: "
+              "run again on an idle one (--threads N pins the threads)", file=sys.stderr)
+        for r in noisy:
+            r["unreliable"] = True
     return rows, {}
+
+
+# Paired blocks of one row whose speedups differ by more than this: a run not to be read as a result.
+UNRELIABLE_SPREAD = 2.0
 
 
 def best_peer(us, wrong=()):
@@ -388,7 +400,7 @@ def main(argv=None):
     p.add_argument("--per-head", nargs="?", const=[(24, 256)], default=None, type=head_views,
                    help="add per-head views [T, heads, dim] at T >= 1024: alone [T, 24, 256], or a list "
                         "such as 32x128,8x128,16x64,24x256")
-    p.add_argument("--peers", default=",".join(PEERS), type=lambda s: [v for v in s.split(",") if v],
+    p.add_argument("--peers", default=None, type=lambda s: [v for v in s.split(",") if v],
                    help="comma-separated subset of " + ", ".join(f"{k} ({v[0]})" for k, v in PEERS.items())
                         + " (default: all; a peer that is not installed is skipped, and said so)")
     p.add_argument("--shapes", default=None, metavar="FILE",
@@ -423,6 +435,9 @@ def main(argv=None):
     bad = [v for v in args.ops if v not in OPS] or (not args.ops and ["(none)"])
     if bad:
         p.error(f"--ops {','.join(bad)}: choose from {','.join(OPS)}")
+    args.peers_given = args.peers is not None
+    if args.peers is None:
+        args.peers = list(PEERS)
     bad = [v for v in args.peers if v not in PEERS]
     if bad:
         p.error(f"--peers {','.join(bad)}: choose from {','.join(PEERS)}")
