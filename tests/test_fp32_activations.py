@@ -134,9 +134,10 @@ def test_autograd_with_out_dtype(device, residual, gen):
 @pytest.mark.parametrize("device", devices())
 def test_module_under_autocast_takes_the_kernels(device, gen):
     """FP32 parameters and residual stream under autocast: RMSNorm runs the kernels (no eager
-    fallback) and returns y in the autocast dtype; outside autocast y stays FP32."""
+    fallback) and, with cast_output, returns y in the autocast dtype (FP32 without it, as torch's
+    RMSNorm); outside autocast y stays FP32."""
     H = 256
-    m = cr.RMSNorm(H).to(device)
+    m = cr.RMSNorm(H, cast_output=True).to(device)
     x = make_rows(16, H, F32, device, 1.0, None, 0, gen).requires_grad_()
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
         y = m(x)
@@ -147,3 +148,6 @@ def test_module_under_autocast_takes_the_kernels(device, gen):
     y.float().sum().backward()
     assert x.grad.dtype == F32 and m.weight.grad.dtype == F32
     assert m(x).dtype == F32
+    plain = cr.RMSNorm(H).to(device)
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        assert plain(x).dtype == F32 == torch.nn.RMSNorm(H).to(device)(x).dtype

@@ -273,7 +273,7 @@ def test_patch_reports_weights_that_save_x():
     assert [p for p, _, _ in report.saves_x] == ["model.norm"]
     assert "3 of 64" in report.saves_x[0][2]
     report2 = cr.patch(transformers.LlamaForCausalLM(cfg), memory_efficient=True)
-    assert not report2.notes
+    assert not [n for n in report2.notes if "checkpointing" in n]  # no checkpointing: nothing about it
     m3 = transformers.LlamaForCausalLM(cfg)
     (getattr(m3, "activation_checkpointing_enable", None) or m3.gradient_checkpointing_enable)()
     assert any("checkpointing" in n for n in cr.patch(m3, memory_efficient=True).notes)
@@ -371,7 +371,7 @@ def test_the_compiled_graph_does_not_keep_x():
 def test_the_module_under_autocast_saves_the_16bit_y():
     """AMP: an FP32 stream in, y in the autocast dtype out; the mode saves that BF16 y (2 bytes
     an element) where the standard mode saves the FP32 x (4)."""
-    m = RMSNorm(128, memory_efficient=True)
+    m = RMSNorm(128, memory_efficient=True, cast_output=True)
     x = torch.randn(12, 128, requires_grad=True)
     with torch.autocast("cpu", dtype=BF16):
         y = m(x)

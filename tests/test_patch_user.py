@@ -91,3 +91,34 @@ def test_a_width_the_kernels_do_not_take_is_said_once():
     said = [str(w.message) for w in caught if "eager formula" in str(w.message)]
     assert len(said) == 1 and "cake_rmsnorm.patch" in said[0], said
     assert [p for p, _, _ in report.fallback] == ["norm"]
+
+
+class Stack(nn.Module):
+    def __init__(self, h=64):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Sequential(nn.RMSNorm(h), nn.Linear(h, h)) for _ in range(2)])
+        self.norm = nn.RMSNorm(h)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.norm(x)
+
+
+def test_under_autocast_the_output_dtype_is_the_models():
+    """The final norm returns what the unpatched model returned (FP32 under autocast); the norms
+    inside the blocks feed a Linear and take the fused cast, said in the report."""
+    m = Stack()
+    x = torch.randn(3, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = m(x)
+    report = cr.patch(m)
+    assert not m.norm.cast_output and all(layer[0].cast_output for layer in m.layers)
+    assert any("autocast" in n for n in report.notes)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = m(x)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    cr.unpatch(m)
+    cr.patch(m, cast_output=False)
+    assert not any(layer[0].cast_output for layer in m.layers)

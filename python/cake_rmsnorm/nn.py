@@ -78,6 +78,11 @@ class RMSNorm(nn.RMSNorm):
         Save y (which the next Linear keeps anyway) instead of x for the backward, which rebuilds
         xhat = y (1 / w); where a column of the weight lies outside the rebuild range, x is saved
         after all (docs/python_api.md#memory-efficient says the rule and what it costs).
+    cast_output : bool, keyword-only
+        Under ``torch.autocast``, return y of an FP32 input in the autocast dtype, the cast the
+        next matmul would make, fused into the norm's pass. False (the default) returns FP32, as
+        ``torch.nn.RMSNorm`` does. ``patch()`` turns it on for the norms inside a model's
+        repeated blocks, whose outputs feed the block's own layers, and says so in its report.
 
     Inputs the kernels do not take (a width that is not a multiple of 8, FP64 or another dtype,
     a device other than CPU and CUDA, a residual of another dtype or shape) run torch's eager
@@ -87,8 +92,9 @@ class RMSNorm(nn.RMSNorm):
     Notes
     -----
     BF16, FP16 and FP32 activations run the kernels. FP32 ones are the residual stream of
-    mixed precision: under ``torch.autocast`` y comes back in the autocast dtype (the cast the
-    next matmul makes, done in the same pass). Inputs the kernels do not take (FP64, computed
+    mixed precision: under ``torch.autocast`` y comes back in FP32 as torch's, or with
+    ``cast_output`` in the autocast dtype (the cast the next matmul makes, done in the same
+    pass). Inputs the kernels do not take (FP64, computed
     in FP64; a width that is not a multiple of 8; FP32 rows wider than 16384 on CUDA; a device
     other than CPU or CUDA) run the eager formula instead, so the module can replace a norm in
     any model. A weight with ``requires_grad=False`` costs no dw work.
@@ -96,7 +102,7 @@ class RMSNorm(nn.RMSNorm):
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  device=None, dtype=None, *, zero_centered: bool = False, deterministic: bool = True,
-                 accumulate_main_grad: bool = False, memory_efficient: bool = False):
+                 accumulate_main_grad: bool = False, memory_efficient: bool = False, cast_output: bool = False):
         def _int(n):
             return isinstance(n, numbers.Integral) and not isinstance(n, bool) and type(n).__name__ != "bool_"
         if _int(normalized_shape):
@@ -109,7 +115,7 @@ class RMSNorm(nn.RMSNorm):
             raise ValueError(f"normalized_shape must be a positive int or a tuple of them, got {normalized_shape!r}")
         for name, v in (("elementwise_affine", elementwise_affine), ("zero_centered", zero_centered),
                         ("deterministic", deterministic), ("accumulate_main_grad", accumulate_main_grad),
-                        ("memory_efficient", memory_efficient)):
+                        ("memory_efficient", memory_efficient), ("cast_output", cast_output)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
         if zero_centered and not elementwise_affine:
@@ -120,6 +126,7 @@ class RMSNorm(nn.RMSNorm):
         self.deterministic = deterministic
         self.accumulate_main_grad = accumulate_main_grad
         self.memory_efficient = memory_efficient
+        self.cast_output = cast_output
         self._y_ok = None  # the memory-efficient verdict compiled calls read (None: not taken)
         self.reset_parameters()
         self.register_load_state_dict_post_hook(RMSNorm._reloaded)
@@ -183,7 +190,8 @@ class RMSNorm(nn.RMSNorm):
         shape = "any width" if self.any_width else self.normalized_shape
         return (f"{shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"zero_centered={self.zero_centered}, deterministic={self.deterministic}"
-                + (", memory_efficient=True" if self.memory_efficient else ""))
+                + (", memory_efficient=True" if self.memory_efficient else "")
+                + (", cast_output=True" if self.cast_output else ""))
 
     def _unit_weight(self, width, device):
         """The ones a weightless norm runs the kernels with, kept between calls (else every call
@@ -284,6 +292,7 @@ class RMSNorm(nn.RMSNorm):
 
     def __setstate__(self, state):
         super().__setstate__(state)
+        self.__dict__.setdefault("cast_output", False)  # a module pickled before the option
         if self.__dict__.get("memory_efficient"):  # a copy (deepcopy, pickle) is followed as the original
             _memory.track(self)
 
@@ -326,7 +335,7 @@ class RMSNorm(nn.RMSNorm):
         dtype = torch.float32 if mixed else x.dtype
         eps = torch.finfo(dtype).eps if self.eps is None else self.eps
         out_dtype = None
-        if dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
+        if self.cast_output and dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
             # The FP32 residual stream under autocast: y in the compute dtype, the cast the
             # next matmul would make, done in the same pass (h_new, dx and rstd stay FP32).
             ac = torch.get_autocast_dtype(x.device.type)

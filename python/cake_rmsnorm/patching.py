@@ -70,6 +70,15 @@ def _checkpointing(model) -> bool:
     return bool(on if on is not None else getattr(model, "is_gradient_checkpointing", False))
 
 
+def _under_module_lists(model) -> set:
+    """Paths of the modules inside a ModuleList or ModuleDict (a model's repeated blocks)."""
+    out = set()
+    for path, m in model.named_modules():
+        if isinstance(m, (nn.ModuleList, nn.ModuleDict)):
+            out.update(f"{path}.{sub}" if path else sub for sub, _ in m.named_modules() if sub)
+    return out
+
+
 def _set_submodule(model, path, module):
     parent, _, child = path.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
@@ -80,7 +89,7 @@ def _norm_like(module) -> bool:
 
 
 def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bool = False,
-          memory_efficient: bool = False) -> PatchReport:
+          memory_efficient: bool = False, cast_output: Optional[bool] = None) -> PatchReport:
     """Replace the RMSNorm modules of a model (``transformers`` or any other) in place.
 
     A module is replaced when it computes an RMSNorm: ``torch.nn.RMSNorm`` (any
@@ -93,6 +102,10 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
     warning names the RMSNorm-like ones. ``unpatch(model, report)`` (or the ``patched`` context
     manager) restores the originals. ``memory_efficient``: every replacement saves y, not x, for
     its backward (``RMSNorm(memory_efficient=True)``; docs/python_api.md#memory-efficient).
+    ``cast_output`` (``RMSNorm``'s): None, the default, turns it on for the norms inside a
+    repeated block (under a ModuleList: their outputs feed the block's layers, which cast to the
+    autocast dtype anyway) and leaves it off elsewhere (a final norm, whose output the user may
+    read, returns FP32 under autocast as the model did); ``report.notes`` says which.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -100,6 +113,9 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
                     ("memory_efficient", memory_efficient)):
         if not isinstance(v, bool):
             raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+    if cast_output is not None and not isinstance(cast_output, bool):
+        raise TypeError(f"cast_output must be a bool or None, got {type(cast_output).__name__}")
+    in_blocks = _under_module_lists(model)
     if isinstance(model, RMSNorm) or type(model) is nn.RMSNorm or (
             _norm_like(model) and not list(model.children()) and probe_norm(model)[0] is not None):
         # patch() replaces submodules in place; a norm at the top has no parent to hold the new one
@@ -120,8 +136,10 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
             eps = _eps_of(module)
         else:
             continue
+        cast = (path in in_blocks) if cast_output is None else cast_output
         new = RMSNorm.from_module(module, zero_centered, eps, deterministic=deterministic,
-                                  accumulate_main_grad=accumulate_main_grad, memory_efficient=memory_efficient)
+                                  accumulate_main_grad=accumulate_main_grad, memory_efficient=memory_efficient,
+                                  cast_output=cast)
         new.train(module.training)
         # The original's hooks run on the new module (a hook sees the new module as its first argument).
         for attr in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs",
@@ -147,6 +165,13 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
             new = model.get_submodule(path)
             if new.memory_efficient and new._y_ok is False:  # the verdict compiled calls read (FP16's range)
                 report.saves_x.append((path, cls, _memory.why_saves_x(_memory.effective(new), torch.float16)))
+    casts = [p for p, _ in report.replaced if model.get_submodule(p).cast_output]
+    if casts and len(casts) < len(report.replaced):
+        report.notes.append(f"under torch.autocast, {len(casts)} norms inside repeated blocks return y in the autocast "
+                            f"dtype (the cast their layers make, fused); the other {len(report.replaced) - len(casts)} "
+                            "return FP32, as the model's own norms did")
+    elif casts:
+        report.notes.append("under torch.autocast, every replaced norm returns y in the autocast dtype (cast_output)")
     if memory_efficient and _checkpointing(model):
         report.notes.append("activation checkpointing is on: the blocks' forwards run again in the backward, so "
                             "memory_efficient saves nothing there")
