@@ -103,3 +103,16 @@ def test_module_functional_call_and_patched_model():
     m = cr.RMSNorm(H, eps=EPS)
     _, jt = torch.func.jvp(m, (x,), (x,))
     close(jt, torch.func.jvp(lambda x: ref(x, m.weight.detach()), (x.double(),), (x.double(),))[1])
+
+
+@pytest.mark.parametrize("how", ["hessian", "jacrev_of_jacrev", "grad_of_grad"])
+def test_second_order_is_refused_by_name(how):
+    x, w = _data(17, 3, H), _data(18, H)
+    g = lambda x: f(x, w).pow(2).sum()  # noqa: E731
+    with pytest.raises(RuntimeError, match="no second-order derivative"):
+        if how == "hessian":
+            torch.func.hessian(g)(x)
+        elif how == "jacrev_of_jacrev":
+            torch.func.jacrev(torch.func.jacrev(g))(x)
+        else:
+            torch.func.grad(lambda x: torch.func.grad(g)(x).sum())(x)

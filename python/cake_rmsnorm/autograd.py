@@ -77,11 +77,16 @@ def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, from_y=False, dx_d
     return dx, dw.to(dtype or w.dtype)
 
 
+_SECOND_ORDER = ("cake_rmsnorm has no second-order derivative: its fused backward cannot be differentiated "
+                 "(backward with create_graph=True, or torch.func's hessian, jacrev of jacrev, jacfwd of grad)")
+
+
 def _backward(ctx, grad_y, grad_h):
     """Both Functions' backward: (dx, dw, dresidual), each None where not wanted."""
-    if torch.is_grad_enabled() and not torch._C._are_functorch_transforms_active():
-        raise RuntimeError("cake_rmsnorm has no second-order derivative: its fused backward cannot be "
-                           "differentiated (backward with create_graph=True through it)")
+    if torch.is_grad_enabled():
+        if not torch._C._are_functorch_transforms_active():
+            raise RuntimeError(_SECOND_ORDER)
+        _no_outer_derivative(getattr(ctx, "level", None))
     xs, w, rstd, main_grad = ctx.saved_tensors
     g_res = grad_h if ctx.has_residual else None
     dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1], ctx.dx_dtype)
@@ -89,6 +94,16 @@ def _backward(ctx, grad_y, grad_h):
     if ctx.has_residual and ctx.needs_input_grad[3]:
         dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
     return dx, dw, dres
+
+
+def _no_outer_derivative(own_level):
+    """Refuse a torch.func transform that would differentiate this backward: a live grad or jvp
+    level other than the one the call was made at (the kernels' backward has no derivative, and
+    functorch would otherwise see it as a constant)."""
+    from torch._C._functorch import TransformType, get_interpreter_stack
+    for level in get_interpreter_stack() or ():
+        if level.key() in (TransformType.Grad, TransformType.Jvp) and level.level() != own_level:
+            raise RuntimeError(_SECOND_ORDER)
 
 
 class _NormFunction(torch.autograd.Function):
@@ -171,6 +186,7 @@ class _TransformableFunction(torch.autograd.Function):
         ctx.save_for_forward(h, w, rstd)
         ctx.mark_non_differentiable(rstd)
         ctx.set_materialize_grads(False)
+        ctx.level = torch._C._functorch.maybe_current_level()  # the transform level the call was made at
 
     @staticmethod
     def backward(ctx, grad_y, grad_rstd, grad_h=None):
