@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import cake_rmsnorm as cr
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import e2e  # noqa: E402  (the models and shapes of the end-to-end benchmark)
 
 

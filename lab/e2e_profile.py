@@ -19,7 +19,7 @@ import torch
 
 import cake_rmsnorm as cr
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from e2e import MODES, SHAPES, build, make_step  # noqa: E402
 
 
