@@ -8,14 +8,15 @@ import torch.autograd.forward_ad as fw
 from torch import nn
 
 import cake_rmsnorm as cr
+from conftest import devices
 
 H = 64
 EPS = 1e-6
 
 
-def _data(seed, *shape, dtype=torch.float32):
+def _data(seed, *shape, dtype=torch.float32, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype)
+    return torch.randn(*shape, generator=g).to(device, dtype)
 
 
 def f(x, w):
@@ -31,10 +32,11 @@ def close(a, b, tol=2e-6):
     assert (a.double() - b.double()).abs().max().item() <= tol * max(1.0, b.double().abs().max().item())
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dim", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_vmap_folds_the_batch_into_rows_bits(dim, dtype):
-    x, w = _data(1, 4, 5, 3, H, dtype=dtype), _data(2, H, dtype=dtype)
+def test_vmap_folds_the_batch_into_rows_bits(dim, dtype, device):
+    x, w = _data(1, 4, 5, 3, H, dtype=dtype, device=device), _data(2, H, dtype=dtype, device=device)
     got = torch.func.vmap(f, in_dims=(dim, None))(x, w)
     assert torch.equal(got, f(x.movedim(dim, 0), w))
 
@@ -54,8 +56,9 @@ def test_vmap_residual_bits():
     assert torch.equal(y, y1) and torch.equal(h, h1)
 
 
-def test_grad_and_jacrev_against_fp64():
-    x, w = _data(8, 3, 7, H), _data(9, H)
+@pytest.mark.parametrize("device", devices())
+def test_grad_and_jacrev_against_fp64(device):
+    x, w = _data(8, 3, 7, H, device=device), _data(9, H, device=device)
     g = torch.func.grad(lambda x, w: (f(x, w) * x).sum(), argnums=(0, 1))(x, w)
     want = torch.func.grad(lambda x, w: (ref(x, w) * x).sum(), argnums=(0, 1))(x.double(), w.double())
     close(g[0], want[0])
@@ -64,15 +67,18 @@ def test_grad_and_jacrev_against_fp64():
         x[0, :2].double(), w.double())[1])
 
 
-def test_per_sample_gradients():
-    x, w = _data(10, 5, 9, H), _data(11, H)
+@pytest.mark.parametrize("device", devices())
+def test_per_sample_gradients(device):
+    x, w = _data(10, 5, 9, H, device=device), _data(11, H, device=device)
     psg = torch.func.vmap(torch.func.grad(lambda w, x: f(x, w).pow(2).sum()), in_dims=(None, 0))(w, x)
     for b in range(5):
         close(psg[b], torch.func.grad(lambda w: ref(x[b], w).pow(2).sum())(w.double()), 1e-5)
 
 
-def test_jvp_jacfwd_and_dual_tensors():
-    x, w, t, tw = _data(12, 4, H), _data(13, H), _data(14, 4, H), _data(15, H)
+@pytest.mark.parametrize("device", devices())
+def test_jvp_jacfwd_and_dual_tensors(device):
+    x, w, t, tw = (_data(12, 4, H, device=device), _data(13, H, device=device), _data(14, 4, H, device=device),
+                   _data(15, H, device=device))
     y, yt = torch.func.jvp(f, (x, w), (t, tw))
     _, want = torch.func.jvp(ref, (x.double(), w.double()), (t.double(), tw.double()))
     assert torch.equal(y, f(x, w))
