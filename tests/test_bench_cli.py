@@ -287,3 +287,14 @@ def test_windows_says_which_tables_this_build_cannot_run_and_survives_a_closed_p
         r = subprocess.run([sys.executable, "-m", "cake_rmsnorm", "windows", "--hidden", "512"],
                            capture_output=True, text=True)
         assert f"sm_{missing[0]}a: not in this build" in r.stderr
+
+
+def test_replot_draws_a_kept_runs_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from cake_rmsnorm.bench.replot import main as replot
+    rows = [{"op": "bwd", "H": 512, "T": t, "residual": False, "per_head": 0, "path": "autograd", "bytes": 1e6,
+             "us": {"cake": 5.0, "F": 9.0}} for t in (256, 1024)]
+    (tmp_path / "r.json").write_text(json.dumps({"copy_TBps": 3.0, "rows": rows}))
+    assert replot([str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.png").stat().st_size > 0
+    (tmp_path / "bad.json").write_text(json.dumps({"rows": [{"x": 1}]}))
+    assert replot([str(tmp_path / "bad.json")]) == 2
