@@ -154,11 +154,14 @@ def gen_hpp(table):
             "std::tuple<" + ", ".join(["at::Tensor"] * len(rets)) + ">"
         shown = [a for a in args if a.name not in op.cpp_hidden]
         params = []
-        for a in shown:
+        # C++ defaults are trailing: the schema's, and std::nullopt for an optional argument
+        # the schema leaves required when every later parameter has a default.
+        defaulted = True
+        for a in reversed(shown):
+            d = a.default if a.default is not None else ("None" if a.type.endswith("?") and defaulted else None)
+            defaulted = defaulted and d is not None
             p = f"{_cpp_param_type(a)} {a.name}"
-            if a.default is not None:
-                p += " = " + _CPP_DEFAULT.get(a.default, a.default)
-            params.append(p)
+            params.insert(0, p + (" = " + _CPP_DEFAULT.get(d, d) if d is not None and defaulted else ""))
         sig = f"{ret}({', '.join(_cpp_param_type(a) for a in args)})"
         passed = [a.name if a.name not in op.cpp_hidden else _CPP_DEFAULT.get(a.default, a.default) for a in args]
         out.append(f"// cake_rmsnorm::{op.name}: {op.doc}.")

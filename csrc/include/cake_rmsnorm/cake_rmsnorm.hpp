@@ -38,13 +38,13 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_residual(const at:
 }
 
 // cake_rmsnorm::bwd: (dx, dw); g_residual is added into dx; dw FP32, or in a 16-bit w's dtype with dw_in_w_dtype (the FP32 sum rounded once by the finalize); its bits are reproducible on every path.
-inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd, const std::optional<at::Tensor>& g_residual, bool dw_in_w_dtype = false) {
+inline std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd, const std::optional<at::Tensor>& g_residual = std::nullopt, bool dw_in_w_dtype = false) {
   static auto h = detail::op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, bool)>("cake_rmsnorm::bwd");
   return h.call(g, x, w, rstd, g_residual, dw_in_w_dtype);
 }
 
 // cake_rmsnorm::bwd_out: into caller buffers; dw None skips the weight gradient, accumulate adds the sum into dw (main_grad), workspace None with dw: the op allocates one (cake_rmsnorm_backward_workspace_bytes).
-inline void backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd, const std::optional<at::Tensor>& g_residual, at::Tensor& dx, const std::optional<at::Tensor>& dw, const std::optional<at::Tensor>& workspace, bool accumulate = false) {
+inline void backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd, const std::optional<at::Tensor>& g_residual, at::Tensor& dx, const std::optional<at::Tensor>& dw = std::nullopt, const std::optional<at::Tensor>& workspace = std::nullopt, bool accumulate = false) {
   static auto h = detail::op<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, at::Tensor&, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t, bool)>("cake_rmsnorm::bwd_out");
   h.call(g, x, w, rstd, g_residual, dx, dw, workspace, 0, accumulate);
 }
