@@ -122,3 +122,15 @@ def test_second_order_is_refused_by_name(how):
             torch.func.jacrev(torch.func.jacrev(g))(x)
         else:
             torch.func.grad(lambda x: torch.func.grad(g)(x).sum())(x)
+
+
+def test_vmap_of_the_out_ops():
+    """The out ops under vmap write each sample's rows into the batched outputs; an output that is
+    not batched while the inputs are is refused (as torch's out= ops are)."""
+    x, w = _data(19, 3, 4, H), _data(20, H)
+    y, rstd = torch.empty_like(x), torch.empty(3, 4)
+    torch.func.vmap(lambda x, y, r: cr.ops.fwd_out(x, w, EPS, y, r), out_dims=None)(x, y, rstd)
+    want_y, want_r = cr.ops.fwd(x, w, EPS)
+    assert torch.equal(y, want_y) and torch.equal(rstd, want_r)
+    with pytest.raises(RuntimeError, match="not batched"):
+        torch.func.vmap(lambda x: cr.ops.fwd_out(x, w, EPS, torch.empty(4, H), torch.empty(4)), out_dims=None)(x)

@@ -25,9 +25,12 @@ def _rule(name):
 
     def rule(info, in_dims, *a):
         dims = list(in_dims) + [None] * (len(a) - len(in_dims))
-        fold = "p" not in ret_roles and all(
-            d is None for d, r in zip(dims, arg_roles) if r in "wp") and all(
-            d is not None for v, d, wr in zip(a, dims, written) if wr and isinstance(v, torch.Tensor))
+        if any(wr and r != "w" and isinstance(v, torch.Tensor) and d is None
+               for v, d, wr, r in zip(a, dims, written, arg_roles)):  # (a workspace is scratch)
+            # as torch's own out= ops under vmap: a batched result cannot go into an unbatched buffer
+            raise RuntimeError(f"vmap: cake_rmsnorm::{name} writes an output that is not batched while its "
+                               "inputs are; pass the outputs batched, or call it outside vmap")
+        fold = "p" not in ret_roles and all(d is None for d, r in zip(dims, arg_roles) if r in "wp")
         if fold:
             n = info.batch_size
             moved = [(v.movedim(d, 0) if d is not None else v.expand(n, *v.shape))
