@@ -249,9 +249,40 @@ def _c_structs(text):
     return found
 
 
+_PTR = {"char": "ctypes.c_char_p"}  # other pointers: c_void_p (a data_ptr, an array or a byref)
+
+
+def _c_type(decl):
+    """ctypes spelling of one C parameter or return type (its name, if any, dropped)."""
+    decl = " ".join(decl.replace("const", "").split())
+    stars = decl.count("*")
+    base = decl.replace("*", " ").split()[0]
+    if not stars:
+        return "None" if base == "void" else _CTYPES[base]
+    if stars == 1 and base in STRUCTS:
+        return f"ctypes.POINTER(_{base})"
+    return _PTR.get(base, "ctypes.c_void_p") if stars == 1 else "ctypes.c_void_p"
+
+
+def _c_functions(*headers):
+    """{name: (restype, [argtypes])} of every CAKE_API function whose types ctypes can spell."""
+    _CTYPES["cake_status_t"] = "ctypes.c_int"
+    found = {}
+    for text in headers:
+        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+        for ret, name, params in re.findall(r"CAKE_API\s+([\w\s*]+?)\s*\b(cake_rmsnorm_\w+)\(([^)]*)\);", text):
+            params = [q for q in (" ".join(q.split()) for q in params.split(",")) if q and q != "void"]
+            try:
+                found[name] = (_c_type(ret), [_c_type(q.rsplit(" ", 1)[0] if " " in q else q) for q in params])
+            except KeyError:  # a function pointer (cake_rmsnorm_set_cpu_parallel_for): not for ctypes
+                continue
+    return found
+
+
 def gen_cabi(table):
     del table
     header = (ROOT / "csrc" / "include" / "cake_rmsnorm" / "cake_rmsnorm.h").read_text()
+    functions = _c_functions(header, (ROOT / "csrc" / "api" / "tuning.h").read_text())
     structs = _c_structs(header)
     dtypes = dict((n, int(v)) for n, v in re.findall(r"CAKE_DTYPE_(\w+) = (\d+)", header))
     max_chunks = int(re.search(r"#define CAKE_RMSNORM_MAX_GIVEN_CHUNKS (\d+)", header).group(1))
@@ -270,6 +301,13 @@ def gen_cabi(table):
         out += [f'        ("{f}", {t}),' for f, t in structs[name]]
         out += ["    ]"]
     out += ["", "", "Group, Kernel, Window, Plan, FwdArgs, BwdArgs = (" + ", ".join(f"_{n}" for n in STRUCTS) + ")"]
+    out += ["", "# The C API's functions (cake_rmsnorm.h, and the tuning hooks of csrc/api/tuning.h): restype, argtypes.",
+            "_FUNCTIONS = {"]
+    out += [f'    "{n}": ({r}, [{", ".join(a)}]),' for n, (r, a) in functions.items()]
+    out += ["}", "", "", "def declare(lib):",
+            '    """Gives each C API function of ``lib`` (a ctypes.CDLL of _C) its C types; returns lib."""',
+            "    for name, (restype, argtypes) in _FUNCTIONS.items():",
+            "        fn = getattr(lib, name)", "        fn.restype, fn.argtypes = restype, argtypes", "    return lib"]
     return "\n".join(out) + "\n"
 
 

@@ -87,8 +87,8 @@ def _cases(rank, mesh):
     assert torch.allclose(mg2.to_local(), dw0, rtol=1e-5, atol=1e-5)
     # The backward from y (memory-efficient mode): dx sharded with the unsharded bits, dw a
     # Partial FP32 sum; through autograd the same, y saved in x's place.
-    dxy, dwy = ops.bwd_y(sg, D(y0, Shard(1)), D(w, Replicate()), sr, None, None, False)
-    dxy0, dwy0 = ops.bwd_y(gy, y0, w, rstd0, None, None, False)
+    dxy, dwy = ops.bwd_from_y(sg, D(y0, Shard(1)), D(w, Replicate()), sr, None, None, False)
+    dxy0, dwy0 = ops.bwd_from_y(gy, y0, w, rstd0, None, None, False)
     assert dxy.placements == (Shard(1),) and dwy.placements[0].is_partial()
     assert torch.equal(dxy.full_tensor(), dxy0)
     assert torch.allclose(dwy.full_tensor(), dwy0, rtol=1e-5, atol=1e-5)

@@ -161,7 +161,7 @@ def test_range_edges_rebuild_within_the_bound(act):
         if w.float().abs().min() < lo or w.float().abs().max() > hi:  # rounded out of the range: x saved
             continue
         y, rstd = ops.fwd(x, w, 1e-6, None)
-        assert _memory.saves_y(w, act, h)
+        assert _memory.from_y_holds(w, act, h)
         xhat = y.float() * (1.0 / w.float())  # the kernels: one division a column
         ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
         err = (xhat.double() - ref).abs()
@@ -176,16 +176,16 @@ def test_the_kernels_divide_by_nan_outside_the_range():
     y, rstd = ops.fwd(x, w, 1e-6, None)
     w0 = w.clone()
     w0[5] = 0
-    dx, dw = ops.bwd_y(torch.randn_like(y), y, w0, rstd, None, None, False)
+    dx, dw = ops.bwd_from_y(torch.randn_like(y), y, w0, rstd, None, None, False)
     assert dx.isnan().all() and dw[5].isnan() and not dw[torch.arange(64) != 5].isnan().any()
     with pytest.raises(RuntimeError, match="dx_dtype"):
-        ops.bwd_y(y, y, w, rstd, None, FP16, False)
+        ops.bwd_from_y(y, y, w, rstd, None, FP16, False)
 
 
 def test_the_module_follows_its_weight_through_an_optimizer_step():
     torch.manual_seed(0)
     m = RMSNorm(64, memory_efficient=True)
-    assert m._y_ok is True
+    assert m._from_y is True
     x = torch.randn(8, 64, requires_grad=True)
     assert _saved_y(m(x))
     # An SGD step that lands column 5 on exactly zero: the next call saves x, with one warning.
@@ -193,7 +193,7 @@ def test_the_module_follows_its_weight_through_an_optimizer_step():
     m.weight.grad = torch.zeros(64)
     m.weight.grad[5] = 1.0
     opt.step()
-    assert m.weight[5].item() == 0.0 and m._y_ok is False  # the step hook took the verdict
+    assert m.weight[5].item() == 0.0 and m._from_y is False  # the step hook took the verdict
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         y = m(x)
@@ -418,7 +418,7 @@ def test_weights_changed_behind_the_version_counter_or_loaded():
     opt = torch.optim.SGD(m.parameters(), lr=0.0)
     m.weight.grad = torch.zeros(64)
     opt.step()
-    assert m._y_ok is False
+    assert m._from_y is False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y = m(x)
@@ -427,17 +427,17 @@ def test_weights_changed_behind_the_version_counter_or_loaded():
     assert not x.grad.isnan().any()
     # load_state_dict through a parent module: the loaded weight's verdict, eager and compiled.
     parent = torch.nn.Sequential(RMSNorm(64, memory_efficient=True))
-    assert parent[0]._y_ok is True
+    assert parent[0]._from_y is True
     bad = {"0.weight": torch.ones(64).index_fill_(0, torch.tensor([2]), 0.0)}
     parent.load_state_dict(bad)
-    assert parent[0]._y_ok is False
+    assert parent[0]._from_y is False
     twin = copy.deepcopy(parent)
-    assert twin[0]._y_ok is False and twin[0] in list(_memory._TRACKED)
+    assert twin[0]._from_y is False and twin[0] in list(_memory._TRACKED)
     with torch.no_grad():
         twin[0].weight.fill_(1.0)
     opt = torch.optim.SGD(twin.parameters(), lr=0.0)
     opt.step()
-    assert twin[0]._y_ok is True
+    assert twin[0]._from_y is True
 
 
 def test_no_grad_calls_and_unserved_dtypes_skip_the_rule():
@@ -460,6 +460,6 @@ def test_the_functional_form_says_when_it_saves_x():
 def test_a_zero_centred_verdict_is_not_a_plain_one():
     """The verdict of 1 + w is remembered apart from w's, though both are keyed by the same tensor."""
     w = torch.full((64,), -1.0)  # 1 + w is zero: x saved; w itself is fine
-    assert _memory.saves_y(w, FP32, 64) is True
-    assert _memory.saves_y(1.0 + w, FP32, 64, source=w, transform="1+w") is False
-    assert _memory.saves_y(w, FP32, 64) is True
+    assert _memory.from_y_holds(w, FP32, 64) is True
+    assert _memory.from_y_holds(1.0 + w, FP32, 64, source=w, transform="1+w") is False
+    assert _memory.from_y_holds(w, FP32, 64) is True

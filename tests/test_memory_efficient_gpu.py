@@ -31,8 +31,8 @@ def _inputs(T, H, x_dt, y_dt, w_dt, gen, residual=False):
 
 
 def _both(g, y, w, rstd, gr, dx_dt, dw16):
-    cpu = ops.bwd_y(g, y, w, rstd, gr, dx_dt, dw16)
-    cuda = ops.bwd_y(g.cuda(), y.cuda(), w.cuda(), rstd.cuda(), None if gr is None else gr.cuda(), dx_dt, dw16)
+    cpu = ops.bwd_from_y(g, y, w, rstd, gr, dx_dt, dw16)
+    cuda = ops.bwd_from_y(g.cuda(), y.cuda(), w.cuda(), rstd.cuda(), None if gr is None else gr.cuda(), dx_dt, dw16)
     torch.cuda.synchronize()
     return cpu, [t.cpu() for t in cuda], cr.last_launch()["launch"]["instance"]
 
@@ -97,7 +97,7 @@ def test_outside_the_range_the_kernels_give_nan(act, H, col, T, gen):
     """A zero column: every dx NaN (the row's mean reads it), that column's dw NaN, the rest finite."""
     _, w, y, rstd, g, _ = _inputs(T, H, act, act, act, gen)
     w[col] = 0
-    dx, dw = ops.bwd_y(g.cuda(), y.cuda(), w.cuda(), rstd.cuda(), None, None, False)
+    dx, dw = ops.bwd_from_y(g.cuda(), y.cuda(), w.cuda(), rstd.cuda(), None, None, False)
     dx, dw = dx.cpu(), dw.cpu()
     assert dx.isnan().all() and dw[col].isnan() and not dw[torch.arange(H) != col].isnan().any()
 

@@ -132,8 +132,8 @@ def _sample(name):
         "bwd": (x.clone(), x, w.bfloat16(), rstd, None, True),
         "bwd_dx": (x.clone(), x, w, rstd, x.clone()),
         "bwd_out": (x.clone(), x, w, rstd, None, torch.empty_like(x), torch.empty(64), None, 0, False),
-        "bwd_y": (yb.clone(), yb, w, rstd, None, torch.float32, False),
-        "bwd_y_dx": (x.clone(), x, w, rstd, x.clone(), None),
+        "bwd_from_y": (yb.clone(), yb, w, rstd, None, torch.float32, False),
+        "bwd_from_y_dx": (x.clone(), x, w, rstd, x.clone(), None),
     }[name]
 
 

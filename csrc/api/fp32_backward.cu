@@ -17,30 +17,30 @@ constexpr int code() {
   return std::is_same<T, __nv_bfloat16>::value ? kBf16 : std::is_same<T, __half>::value ? kFp16 : kFp32;
 }
 
-template <typename TG, typename WT, bool RES, int NV, bool FY>
+template <typename TG, typename WT, bool RES, int NV, bool kFromY>
 const void* bwd_instance() {
   constexpr KernelKey key{Family::kFp32Bwd, kFp32, code<TG>(), code<WT>(), RES, NV, 0, 1, WLoad::kFirst,
-                          GroupSync::kNamed, false, kAsX, FY};
-  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_bwd_kernel<TG, WT, RES, NV, FY>);
+                          GroupSync::kNamed, false, kAsX, kFromY};
+  if constexpr (compiled(key)) return reinterpret_cast<const void*>(fp32_bwd_kernel<TG, WT, RES, NV, kFromY>);
   return nullptr;
 }
 
-template <typename TG, typename WT, bool RES, bool FY>
+template <typename TG, typename WT, bool RES, bool kFromY>
 const void* bwd_res(const KernelKey& k) {
   switch (k.vectors) {
-    case 2: return bwd_instance<TG, WT, RES, 2, FY>();
-    case 4: return bwd_instance<TG, WT, RES, 4, FY>();
-    case 8: return bwd_instance<TG, WT, RES, 8, FY>();
+    case 2: return bwd_instance<TG, WT, RES, 2, kFromY>();
+    case 4: return bwd_instance<TG, WT, RES, 4, kFromY>();
+    case 8: return bwd_instance<TG, WT, RES, 8, kFromY>();
     default: return nullptr;
   }
 }
 
-template <typename TG, typename WT, bool FY>
+template <typename TG, typename WT, bool kFromY>
 const void* bwd_route(const KernelKey& k) {
-  return k.residual ? bwd_res<TG, WT, true, FY>(k) : bwd_res<TG, WT, false, FY>(k);
+  return k.residual ? bwd_res<TG, WT, true, kFromY>(k) : bwd_res<TG, WT, false, kFromY>(k);
 }
 
-// The backward from y (FY: the memory-efficient mode) or from x.
+// The backward from y (kFromY: the memory-efficient mode) or from x.
 template <typename TG, typename WT>
 const void* bwd_w(const KernelKey& k) {
   return k.from_y ? bwd_route<TG, WT, true>(k) : bwd_route<TG, WT, false>(k);

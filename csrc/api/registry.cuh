@@ -94,10 +94,10 @@ const void* forward_kernel_of(const KernelKey& k) {
 
 // ---- backward ---------------------------------------------------------------------------
 
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool FY = false>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kFromY = false>
 const void* bwd_rows() {
-  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdRows, kTpr, 1, WLoad::kFirst, GroupSync::kNamed, PAIR, FY)))
-    return address(rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, kTpr, FY>);
+  if constexpr (compiled(key_of<T, WT, RES, VPT>(Family::kBwdRows, kTpr, 1, WLoad::kFirst, GroupSync::kNamed, PAIR, kFromY)))
+    return address(rmsnorm_bwd_kernel<T, WT, RES, VPT, PAIR, kTpr, kFromY>);
   return nullptr;
 }
 // The backward from y (kernel_key.h: the runtime-width row kernel, its one launch and their wide CTAs).

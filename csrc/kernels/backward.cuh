@@ -33,7 +33,7 @@ __device__ __forceinline__ float gwxhat_sum(const float (&g)[kVec], const float 
   }
   return tree_sum(pr);
 }
-// The backward from y (FY): xhat = y (1 / w), 1 / w a column's (params.h, inv_weight), then
+// The backward from y (kFromY): xhat = y (1 / w), 1 / w a column's (params.h, inv_weight), then
 // Tree<8>'s sum as gwxhat_sum's, each leaf pair one FMA: the CPU path's pairdot8 over g w and xhat.
 __device__ __forceinline__ float gwxhat_sum_y(const float (&g)[kVec], const float (&w)[kVec], const float (&y)[kVec],
                                               const float (&iw)[kVec]) {
@@ -45,15 +45,15 @@ __device__ __forceinline__ float gwxhat_sum_y(const float (&g)[kVec], const floa
   }
   return tree_sum(pr);
 }
-// 1 / w of eight columns (FY), NaN where y cannot rebuild xhat.
+// 1 / w of eight columns (kFromY), NaN where y cannot rebuild xhat.
 __device__ __forceinline__ void inv_weights(const float (&w)[kVec], const BwdParams& p, float (&iw)[kVec]) {
 #pragma unroll
   for (int j = 0; j < kVec; ++j) iw[j] = inv_weight(w[j], p.y_lo, p.y_hi);
 }
-// xhat of one element: x rstd, or (FY) y (1 / w).
-template <bool FY>
+// xhat of one element: x rstd, or (kFromY) y (1 / w).
+template <bool kFromY>
 __device__ __forceinline__ float xhat_of(float x, float rstd, float iw) {
-  return FY ? __fmul_rn(x, iw) : __fmul_rn(x, rstd);
+  return kFromY ? __fmul_rn(x, iw) : __fmul_rn(x, rstd);
 }
 __device__ __forceinline__ float dx_value(float g, float w, float xhat, float mean, float rstd) {
   return __fmul_rn(rstd, __fmaf_rn(-mean, xhat, __fmul_rn(g, w)));
@@ -145,19 +145,19 @@ __device__ __forceinline__ void store_dw8(const BwdParams& p, int v, const float
 
 // The body of one CTA, `cta_index` of `grid_ctas` row CTAs; kDw false: dx only (no partials:
 // the one-launch small-T kernel's row CTAs, backward_small.cuh), where a call of one row also
-// writes dw (one_row_dw). FY: p.x holds y, and xhat = y (1 / w), 1 / w of the thread's columns
+// writes dw (one_row_dw). kFromY: p.x holds y, and xhat = y (1 / w), 1 / w of the thread's columns
 // taken once a CTA (the memory-efficient backward; runtime widths, no pairs: kernel_key.h); the
-// plan gives FY's launches backward_smem_bytes(..., from_y) (the ring, rstd, then 1 / w).
-// The one-launch kernel's row CTAs (kDw false) take FY too (backward_small.cuh).
+// plan gives kFromY's launches backward_smem_bytes(..., from_y) (the ring, rstd, then 1 / w).
+// The one-launch kernel's row CTAs (kDw false) take kFromY too (backward_small.cuh).
 // kOrder > VPT: the group's order has kOrder vectors a thread, the last kOrder - VPT always past
 // the row (params.h, bwd_wide_held_vectors): held as VPT, summed as kOrder.
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool FY = false, int kOrder = VPT>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr, bool kDw, bool kFromY = false, int kOrder = VPT>
 __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int grid_ctas) {
-  static_assert(!FY || (!PAIR && kTpr == 0), "the backward from y: the row kernels at runtime widths");
+  static_assert(!kFromY || (!PAIR && kTpr == 0), "the backward from y: the row kernels at runtime widths");
   constexpr bool kExact = kTpr > 0;
   constexpr bool kBits = kExact && std::is_same<T, __nv_bfloat16>::value;
   constexpr GroupSync kSync = kExact ? GroupSync::kWarp : GroupSync::kNamed;
-  extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], rstd [stages][blockDim.x], FY's 1 / w
+  extern __shared__ uint4 ring[];  // [stages][2 + RES][VPT][blockDim.x], rstd [stages][blockDim.x], kFromY's 1 / w
   __shared__ float scratch[kExact ? 1 : 32];  // unused (and dropped) by exact groups
   GroupScratch gs{scratch};
   constexpr int kStreams = RES ? 3 : 2;
@@ -178,7 +178,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   WVec<WT> wv[VPT];
   load_weights(wv, p.w, lane, tpr, nvec);
   auto w_of = [&](int k, float (&wf)[kVec]) {
-    if constexpr (bwd_w_at_use(FY, VPT, kDw, std::is_same<WT, float>::value)) {  // w from L1 at each use: its registers go elsewhere
+    if constexpr (bwd_w_at_use(kFromY, VPT, kDw, std::is_same<WT, float>::value)) {  // w from L1 at each use: its registers go elsewhere
       WVec<WT> w2;
       w2.load(p.w, (lane + k * tpr) * kVec, lane + k * tpr < nvec);
       w2.get_here(wf);
@@ -186,13 +186,13 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
       wv[k].template get_here<kBits>(wf);
     }
   };
-  // FY: 1 / w of this thread's columns, 0 past the row (zeros there). Where from_y_iw_in_smem
+  // kFromY: 1 / w of this thread's columns, 0 past the row (zeros there). Where from_y_iw_in_smem
   // (params.h) it lives in shared memory past the rstd slots, two float4 a vector, each thread
   // reading only its own (no barrier); else in registers.
-  constexpr bool kIwSmem = from_y_iw_in_smem(FY, VPT, RES);
-  float iw[FY && !kIwSmem ? VPT : 1][kVec];
+  constexpr bool kIwSmem = from_y_iw_in_smem(kFromY, VPT, RES);
+  float iw[kFromY && !kIwSmem ? VPT : 1][kVec];
   const uint32_t ibase = smem_addr(ring) + stages * (sstep + cta * 4u) + threadIdx.x * 16u;
-  if constexpr (FY) {
+  if constexpr (kFromY) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       float wf[kVec], inv[kVec];
@@ -218,7 +218,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
       for (int j = 0; j < kVec; ++j) out[j] = __uint_as_float(q[j]);
     } else {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) out[j] = iw[FY ? k : 0][j];
+      for (int j = 0; j < kVec; ++j) out[j] = iw[kFromY ? k : 0][j];
     }
   };
 
@@ -284,7 +284,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         unpack8<T, kBits>(lds16(src + k * kstep), gf);
         unpack8<T, kBits>(lds16(src + (VPT + k) * kstep), xf);
         w_of(k, wf);
-        if constexpr (FY) {
+        if constexpr (kFromY) {
           float iwk[kVec];
           iw_of(k, iwk);
           part[k] = gwxhat_sum_y(gf, wf, xf, iwk);
@@ -294,7 +294,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
       float dot;
       if constexpr (kOrder > VPT) {  // the vectors past the row: zeros (cp.async's fill, w 0, 1 / w 0) times rstd
         const float z[kVec] = {};
-        dot = tree_sum_padded<kOrder>(part, FY ? gwxhat_sum_y(z, z, z, z) : gwxhat_sum(z, z, z, rstd));
+        dot = tree_sum_padded<kOrder>(part, kFromY ? gwxhat_sum_y(z, z, z, z) : gwxhat_sum(z, z, z, rstd));
       } else {
         dot = tree_sum(part);
       }
@@ -306,7 +306,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
         w2.get_here(wf);
-        if constexpr (FY) {
+        if constexpr (kFromY) {
           float iw2[kVec];
           inv_weights(wf, p, iw2);
           dot += gwxhat_sum_y(gf, wf, xf, iw2);
@@ -326,13 +326,13 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         if (RES) unpack8<T, kBits>(lds16(src + (2 * VPT + k) * kstep), d);
         w_of(k, wf);
         float iwk[kVec];
-        if constexpr (FY) iw_of(k, iwk);
+        if constexpr (kFromY) iw_of(k, iwk);
         // dx_and_products' arithmetic, spelled out with the Kahan add in the same loop: calling
         // it moves this kernel's instruction order (docs/perf/dispatch.md#bwd-inline-products).
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float xhat = xhat_of<FY>(xf[j], rstd, FY ? iwk[j] : 0.f);
+          const float xhat = xhat_of<kFromY>(xf[j], rstd, kFromY ? iwk[j] : 0.f);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fmul_rn(gf[j], xhat);
@@ -360,11 +360,11 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
         w2.get_here(wf);
         if (RES) unpack8<T>(load16(static_cast<const T*>(p.gr) + row * p.gr_stride + v * kVec), d);
         float iw2[kVec];
-        if constexpr (FY) inv_weights(wf, p, iw2);
+        if constexpr (kFromY) inv_weights(wf, p, iw2);
         float prod[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float xhat = xhat_of<FY>(xf[j], rstd, FY ? iw2[j] : 0.f);
+          const float xhat = xhat_of<kFromY>(xf[j], rstd, kFromY ? iw2[j] : 0.f);
           const float val = dx_value(gf[j], wf[j], xhat, mean, rstd);
           d[j] = RES ? plus_residual<T>(val, d[j]) : val;
           prod[j] = __fadd_rn(__fmul_rn(gf[j], xhat), 0.f);  // one_row_dw's product: stored by a one-row call only
@@ -413,7 +413,7 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
       float a[kVec], e[kVec], iw2[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) a[j] = e[j] = 0.f;
-      if constexpr (FY) {
+      if constexpr (kFromY) {
         float wf[kVec];
         WVec<WT> w2;
         w2.load(p.w, v * kVec, true);
@@ -423,12 +423,12 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
 #pragma unroll 1
       for (int64_t row = cbegin; row < cend; ++row) {  // PAIR: the low group sweeps both rows
         float gf[kVec], xf[kVec];
-        const float rstd = FY ? 0.f : p.rstd[row];
+        const float rstd = kFromY ? 0.f : p.rstd[row];
         unpack8<T>(load16(static_cast<const T*>(p.g) + row * p.g_stride + v * kVec), gf);
         unpack8<T>(load16(static_cast<const T*>(p.x) + row * p.x_stride + v * kVec), xf);
 #pragma unroll
         for (int j = 0; j < kVec; ++j)
-          kahan_add_hot(a[j], e[j], __fmul_rn(gf[j], xhat_of<FY>(xf[j], rstd, FY ? iw2[j] : 0.f)));
+          kahan_add_hot(a[j], e[j], __fmul_rn(gf[j], xhat_of<kFromY>(xf[j], rstd, kFromY ? iw2[j] : 0.f)));
       }
 #pragma unroll
       for (int j = 0; j < kVec; ++j) part[v * kVec + j] = __fsub_rn(a[j], e[j]);
@@ -437,20 +437,20 @@ __device__ __forceinline__ void bwd_rows(const BwdParams& p, int cta_index, int 
   cp_async_wait<0>();  // no copy outlives the CTA
 }
 
-template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0, bool FY = false>
+template <typename T, typename WT, bool RES, int VPT, bool PAIR, int kTpr = 0, bool kFromY = false>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_kernel(const BwdParams p) {
   pdl_launch_dependents();  // the finalize may take its SM slots now; it waits for our memory
-  bwd_rows<T, WT, RES, VPT, PAIR, kTpr, true, FY>(p, blockIdx.x, gridDim.x);
+  bwd_rows<T, WT, RES, VPT, PAIR, kTpr, true, kFromY>(p, blockIdx.x, gridDim.x);
 }
 
 // The wide rows' instance (params.h, kMaxBwdWideThreads): CTAs of up to 512 threads, VPT 4,
 // the same body. A 512-thread group holds rows up to 16384 elements in its ring, where a
 // 256-thread group read the columns past 8192 directly, twice, and swept them again for dw.
 // VPT 3: rows up to 12288, held as 3 vectors a thread, summed as 4 (bwd_wide_held_vectors).
-template <typename T, typename WT, bool RES, bool FY = false, int VPT = kBwdWideVpt>
+template <typename T, typename WT, bool RES, bool kFromY = false, int VPT = kBwdWideVpt>
 __global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_wide_kernel(const BwdParams p) {
   pdl_launch_dependents();
-  bwd_rows<T, WT, RES, VPT, false, 0, true, FY, kBwdWideVpt>(p, blockIdx.x, gridDim.x);
+  bwd_rows<T, WT, RES, VPT, false, 0, true, kFromY, kBwdWideVpt>(p, blockIdx.x, gridDim.x);
 }
 
 // Adds this lane's chunks k, k + LANES, ... of one column in order, BATCH loads at a time,

@@ -1,7 +1,7 @@
 // The one-launch backward for small T (few dw chunks): CTAs [0, dx_ctas) compute dx by rows
 // (the row kernel's body without partials), the rest sum dw by columns straight from g, x and
 // rstd in exactly the chunk-partials order, so neither partials nor a finalize kernel exist.
-// The two roles share no memory: nothing waits. FY (the backward from y): p.x holds y, and both
+// The two roles share no memory: nothing waits. kFromY (the backward from y): p.x holds y, and both
 // roles take xhat = y (1 / w), the column CTAs 1 / w of their columns once. Torch-free.
 #pragma once
 
@@ -18,7 +18,7 @@ namespace cake {
 // butterfly over the 32 lanes: the same dw bits as the pair of kernels. A butterfly step whose
 // partner lanes hold no chunk (o >= chunks) only merges zeros and is skipped (the sum s is
 // unchanged by it, and c only in the sign of a zero, which s + c does not see).
-template <typename T, typename WT, bool FY>
+template <typename T, typename WT, bool kFromY>
 __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, int grid_ctas) {
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, l = threadIdx.x % 32;
   const int nvec = p.hidden / kVec;
@@ -32,8 +32,8 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
     for (int u = 0; u < kDwColVecs; ++u)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) s[u][j] = c[u][j] = 0.f;
-    float iw[FY ? kDwColVecs : 1][kVec];  // FY: 1 / w of these columns (a masked vector's is dropped)
-    if constexpr (FY) {
+    float iw[kFromY ? kDwColVecs : 1][kVec];  // kFromY: 1 / w of these columns (a masked vector's is dropped)
+    if constexpr (kFromY) {
 #pragma unroll
       for (int u = 0; u < kDwColVecs; ++u) {
         float wf[kVec];
@@ -52,7 +52,7 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
         unpack8<T>(xv[u], xf);
 #pragma unroll
         for (int j = 0; j < kVec; ++j)
-          kahan_add_hot(acc[u][j], comp[u][j], __fmul_rn(gf[j], xhat_of<FY>(xf[j], rstd, FY ? iw[FY ? u : 0][j] : 0.f)));
+          kahan_add_hot(acc[u][j], comp[u][j], __fmul_rn(gf[j], xhat_of<kFromY>(xf[j], rstd, kFromY ? iw[kFromY ? u : 0][j] : 0.f)));
       }
     };
     auto load_row = [&](int64_t row, uint4 (&gv)[kDwColVecs], uint4 (&xv)[kDwColVecs]) {
@@ -79,14 +79,14 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
         uint4 g0[kDwColVecs], x0[kDwColVecs], g1[kDwColVecs], x1[kDwColVecs];
         load_row(row, g0, x0);
         load_row(row + 1, g1, x1);
-        const float r0 = FY ? 0.f : p.rstd[row], r1 = FY ? 0.f : p.rstd[row + 1];
+        const float r0 = kFromY ? 0.f : p.rstd[row], r1 = kFromY ? 0.f : p.rstd[row + 1];
         add_row(acc, comp, g0, x0, r0);
         add_row(acc, comp, g1, x1, r1);
       }
       if (row < end) {
         uint4 g0[kDwColVecs], x0[kDwColVecs];
         load_row(row, g0, x0);
-        add_row(acc, comp, g0, x0, FY ? 0.f : p.rstd[row]);
+        add_row(acc, comp, g0, x0, kFromY ? 0.f : p.rstd[row]);
       }
 #pragma unroll
       for (int u = 0; u < kDwColVecs; ++u)
@@ -119,26 +119,26 @@ __device__ __forceinline__ void dw_columns(const BwdParams& p, int cta_index, in
 // One launch: row CTAs [0, p.dx_ctas) take one row a group (chunks of one row: dx has the same
 // bits whatever the chunking), the others dw's column blocks; a one-row call has no column
 // CTAs (its row group writes dw).
-template <typename T, typename WT, bool RES, int VPT, int kTpr, bool FY>
+template <typename T, typename WT, bool RES, int VPT, int kTpr, bool kFromY>
 __device__ __forceinline__ void one_launch_body(const BwdParams& p) {
   if (static_cast<int>(blockIdx.x) < p.dx_ctas) {
     BwdParams q = p;
     q.chunks = static_cast<int>(p.rows);
     q.chunk_rows = 1;
     q.chunk_rem = 0;
-    bwd_rows<T, WT, RES, VPT, false, kTpr, false, FY>(q, blockIdx.x, p.dx_ctas);
+    bwd_rows<T, WT, RES, VPT, false, kTpr, false, kFromY>(q, blockIdx.x, p.dx_ctas);
   } else {
-    dw_columns<T, WT, FY>(p, blockIdx.x - p.dx_ctas, gridDim.x - p.dx_ctas);
+    dw_columns<T, WT, kFromY>(p, blockIdx.x - p.dx_ctas, gridDim.x - p.dx_ctas);
   }
 }
-template <typename T, typename WT, bool RES, int VPT, int kTpr = 0, bool FY = false>
+template <typename T, typename WT, bool RES, int VPT, int kTpr = 0, bool kFromY = false>
 __global__ void __launch_bounds__(kMaxBwdThreads, kBwdMinBlocks) rmsnorm_bwd_one_kernel(const BwdParams p) {
-  one_launch_body<T, WT, RES, VPT, kTpr, FY>(p);
+  one_launch_body<T, WT, RES, VPT, kTpr, kFromY>(p);
 }
 // The wide rows' one launch (rmsnorm_bwd_wide_kernel's CTAs and body).
-template <typename T, typename WT, bool RES, bool FY = false>
+template <typename T, typename WT, bool RES, bool kFromY = false>
 __global__ void __launch_bounds__(kMaxBwdWideThreads, 1) rmsnorm_bwd_one_wide_kernel(const BwdParams p) {
-  one_launch_body<T, WT, RES, 4, 0, FY>(p);
+  one_launch_body<T, WT, RES, 4, 0, kFromY>(p);
 }
 
 }  // namespace cake

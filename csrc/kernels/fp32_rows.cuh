@@ -173,9 +173,9 @@ __device__ __forceinline__ float4 inv4(float4 w, const BwdParams& p, bool in_row
 
 // One row group a chunk (chunk c = group index), its rows in order: dx, and the chunk's
 // Kahan-compensated dw partial of each of the thread's columns. TG: the dtype of g (y's).
-// p.stages rows of the chunk in the ring (1 or 2). FY: the backward from y (p.x holds y, of
+// p.stages rows of the chunk in the ring (1 or 2). kFromY: the backward from y (p.x holds y, of
 // g's dtype, in x's ring slots), xhat = y (1 / w), 1 / w held with w (or taken at each use).
-template <typename TG, typename WT, bool RES, int NV, bool FY = false>
+template <typename TG, typename WT, bool RES, int NV, bool kFromY = false>
 __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
   extern __shared__ uint4 fp32_ring[];
   __shared__ float scratch[32];
@@ -194,14 +194,14 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
   const uint32_t grs = smem_addr(fp32_ring) + uint32_t(stages) * NV * cta * (16 + 4 * sizeof(TG)) + threadIdx.x * 16;
   const uint32_t rs =
       smem_addr(fp32_ring) + uint32_t(stages) * NV * cta * (16 + 4 * sizeof(TG) + (RES ? 16 : 0)) + threadIdx.x * 4;
-  float4 wv[kHoldW ? NV : 1], iwv[kHoldW && FY ? NV : 1], acc[NV], comp[NV];
+  float4 wv[kHoldW ? NV : 1], iwv[kHoldW && kFromY ? NV : 1], acc[NV], comp[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     acc[k] = comp[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     if constexpr (kHoldW) {
       const int v = lane + k * tpr;
       wv[k] = v < nvec ? load4(w + 4 * v) : acc[k];
-      if constexpr (FY) iwv[k] = inv4(wv[k], p, v < nvec);
+      if constexpr (kFromY) iwv[k] = inv4(wv[k], p, v < nvec);
     }
   }
   const int64_t begin = valid ? chunk_begin(c, p) : 0, end = valid ? chunk_begin(c + 1, p) : 0;
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
     const int64_t at = live ? row : 0;
     const TG* g = static_cast<const TG*>(p.g) + at * p.g_stride;
     const float* x = static_cast<const float*>(p.x) + at * p.x_stride;
-    const TG* y = static_cast<const TG*>(p.x) + at * p.x_stride;  // FY
+    const TG* y = static_cast<const TG*>(p.x) + at * p.x_stride;  // kFromY
     const float* gr = RES ? static_cast<const float*>(p.gr) + at * p.gr_stride : nullptr;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
       const bool ok = live && v < nvec;
       const int off = ok ? 4 * v : 0;
       const uint32_t s = uint32_t(slot * NV + k) * cta;
-      if constexpr (FY)
+      if constexpr (kFromY)
         cp_async_vec4(xs + s * 16, y + off, ok);
       else
         cp_async16(xs + s * 16, x + off, ok);
@@ -254,10 +254,10 @@ __global__ void __launch_bounds__(kFp32MaxTpr) fp32_bwd_kernel(BwdParams p) {
     for (int k = 0; k < NV; ++k) {
       const uint32_t s = uint32_t(slot * NV + k) * cta;
       gv[k] = lds_vec4<TG>(gs + s * 4 * sizeof(TG));
-      if constexpr (!FY) xh[k] = scale4(lds_vec4<float>(xs + s * 16), rstd);
+      if constexpr (!kFromY) xh[k] = scale4(lds_vec4<float>(xs + s * 16), rstd);
       const int v = lane + k * tpr;
       const float4 wk = kHoldW ? wv[k] : (v < nvec ? load4(w + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f));
-      if constexpr (FY) xh[k] = mul4(lds_vec4<TG>(xs + s * 16), kHoldW ? iwv[k] : inv4(wk, p, v < nvec));
+      if constexpr (kFromY) xh[k] = mul4(lds_vec4<TG>(xs + s * 16), kHoldW ? iwv[k] : inv4(wk, p, v < nvec));
       dot = __fadd_rn(dot, sum4(mul4(mul4(gv[k], wk), xh[k])));
     }
     dot = fp32_group_sum(dot, tpr, scratch);

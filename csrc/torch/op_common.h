@@ -282,12 +282,12 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
                           const Tensor& rstd_in, const std::optional<Tensor>& g_residual_in,
                           const Tensor& dx_in, const std::optional<Tensor>& dw_in,
                           const std::optional<Tensor>& workspace_in, int64_t max_ctas, bool accumulate,
-                          bool dw_in_w_dtype, void* stream, const Tensor* y_in = nullptr) {
-  // y_in (the memory-efficient backward): the forward's output, read where x is otherwise, and
+                          bool dw_in_w_dtype, void* stream, const Tensor* from_y = nullptr) {
+  // from_y (the memory-efficient backward, the backward from y): the forward's output, read where x is otherwise, and
   // x_in is then dx itself, the reference for every shape and dtype (x's).
-  if (y_in) {
-    check_rows(*y_in, x_in, "y", true);
-    STD_TORCH_CHECK(y_in->scalar_type() == g_in.scalar_type(), "g must have y's dtype");
+  if (from_y) {
+    check_rows(*from_y, x_in, "y", true);
+    STD_TORCH_CHECK(from_y->scalar_type() == g_in.scalar_type(), "g must have y's dtype");
   }
   check_rows(g_in, x_in, "g", true);
   check_weight(w_in, x_in);
@@ -309,7 +309,7 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
     }
   }
   const InRows g(g_in);
-  const InRows x(y_in ? *y_in : x_in);
+  const InRows x(from_y ? *from_y : x_in);
   const Tensor w = ready_weight(w_in);
   const Tensor rstd = vec_ready(rstd_in, false) ? rstd_in : dense_copy(rstd_in);
   std::optional<InRows> g_residual;
@@ -326,8 +326,8 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
   a.hidden = hidden;
   a.g = g.t.data_ptr();
   a.g_row_stride = g.stride;
-  (y_in ? a.y : a.x) = x.t.data_ptr();
-  (y_in ? a.y_row_stride : a.x_row_stride) = x.stride;
+  (from_y ? a.y : a.x) = x.t.data_ptr();
+  (from_y ? a.y_row_stride : a.x_row_stride) = x.stride;
   a.w = w.data_ptr();
   a.rstd = static_cast<const float*>(rstd.data_ptr());
   if (g_residual) {

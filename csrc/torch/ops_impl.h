@@ -67,7 +67,7 @@ struct Ops {
 
   // The memory-efficient backward (from the output): y, the forward's output, where x is read
   // otherwise, and xhat = y (1 / w); dx in dx_dtype (x's dtype: y's, or float32 beside a 16-bit y).
-  static std::tuple<Tensor, Tensor> bwd_y(Tensor g, Tensor y, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
+  static std::tuple<Tensor, Tensor> bwd_from_y(Tensor g, Tensor y, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
                                           std::optional<ScalarType> dx_dtype, bool dw_in_w_dtype) {
     check_x(y);
     auto ctx = StreamOf::enter(y);
@@ -77,7 +77,7 @@ struct Ops {
     return {dx, dw};
   }
 
-  static Tensor bwd_y_dx(Tensor g, Tensor y, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
+  static Tensor bwd_from_y_dx(Tensor g, Tensor y, Tensor w, Tensor rstd, std::optional<Tensor> g_residual,
                          std::optional<ScalarType> dx_dtype) {
     check_x(y);
     auto ctx = StreamOf::enter(y);

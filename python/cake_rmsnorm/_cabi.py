@@ -133,3 +133,36 @@ class _cake_rmsnorm_bwd_args(ctypes.Structure):
 
 
 Group, Kernel, Window, Plan, FwdArgs, BwdArgs = (_cake_rmsnorm_group, _cake_rmsnorm_kernel, _cake_rmsnorm_window, _cake_rmsnorm_plan, _cake_rmsnorm_fwd_args, _cake_rmsnorm_bwd_args)
+
+# The C API's functions (cake_rmsnorm.h, and the tuning hooks of csrc/api/tuning.h): restype, argtypes.
+_FUNCTIONS = {
+    "cake_rmsnorm_forward": (ctypes.c_int, [ctypes.POINTER(_cake_rmsnorm_fwd_args), ctypes.c_void_p]),
+    "cake_rmsnorm_backward": (ctypes.c_int, [ctypes.POINTER(_cake_rmsnorm_bwd_args), ctypes.c_void_p]),
+    "cake_rmsnorm_backward_partials": (ctypes.c_int, [ctypes.POINTER(_cake_rmsnorm_bwd_args), ctypes.c_int64, ctypes.c_void_p]),
+    "cake_rmsnorm_dw_finalize": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
+    "cake_rmsnorm_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_int64, ctypes.c_int64]),
+    "cake_rmsnorm_y_rebuild_range": (ctypes.c_int, [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]),
+    "cake_rmsnorm_backward_saturating_rows": (ctypes.c_int64, [ctypes.c_int64]),
+    "cake_rmsnorm_backward_chunks": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64]),
+    "cake_rmsnorm_program_windows_sms": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(_cake_rmsnorm_window), ctypes.c_int]),
+    "cake_rmsnorm_program_windows": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_cake_rmsnorm_window), ctypes.c_int]),
+    "cake_rmsnorm_launch_plan": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_cake_rmsnorm_plan)]),
+    "cake_rmsnorm_last_launch": (ctypes.c_int, [ctypes.POINTER(_cake_rmsnorm_plan)]),
+    "cake_rmsnorm_built_archs": (ctypes.c_uint, []),
+    "cake_rmsnorm_shipped_archs": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "cake_rmsnorm_build_info": (ctypes.c_char_p, []),
+    "cake_rmsnorm_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "cake_rmsnorm_last_cuda_error": (ctypes.c_char_p, []),
+    "cake_rmsnorm_set_program_override": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+    "cake_rmsnorm_set_exact_groups": (ctypes.c_int, [ctypes.c_int]),
+    "cake_rmsnorm_set_one_launch": (ctypes.c_int, [ctypes.c_int]),
+    "cake_rmsnorm_set_warp_chunks": (ctypes.c_int, [ctypes.c_int]),
+}
+
+
+def declare(lib):
+    """Gives each C API function of ``lib`` (a ctypes.CDLL of _C) its C types; returns lib."""
+    for name, (restype, argtypes) in _FUNCTIONS.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib

@@ -116,36 +116,36 @@ def bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas=0, accumulate
     _bwd_out(g, x, w, rstd, g_residual, dx, dw, workspace, max_ctas, accumulate)
 
 
-_bwd_y = ops.bwd_y.default
+_bwd_from_y = ops.bwd_from_y.default
 
 
-def bwd_y(g, y, w, rstd, g_residual, dx_dtype=None, dw_in_w_dtype=False):
+def bwd_from_y(g, y, w, rstd, g_residual, dx_dtype=None, dw_in_w_dtype=False):
     if eager():
-        r = direct.bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
+        r = direct.bwd_from_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
         if r is not _NI:
             return r
-    return _bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
+    return _bwd_from_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
 
 
-def bwd_y_eager(g, y, w, rstd, g_residual, dx_dtype=None, dw_in_w_dtype=False):
-    r = direct.bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
-    return _bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype) if r is _NI else r
+def bwd_from_y_eager(g, y, w, rstd, g_residual, dx_dtype=None, dw_in_w_dtype=False):
+    r = direct.bwd_from_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype)
+    return _bwd_from_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype) if r is _NI else r
 
 
-_bwd_y_dx = ops.bwd_y_dx.default
+_bwd_from_y_dx = ops.bwd_from_y_dx.default
 
 
-def bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype=None):
+def bwd_from_y_dx(g, y, w, rstd, g_residual, dx_dtype=None):
     if eager():
-        r = direct.bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype)
+        r = direct.bwd_from_y_dx(g, y, w, rstd, g_residual, dx_dtype)
         if r is not _NI:
             return r
-    return _bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype)
+    return _bwd_from_y_dx(g, y, w, rstd, g_residual, dx_dtype)
 
 
-def bwd_y_dx_eager(g, y, w, rstd, g_residual, dx_dtype=None):
-    r = direct.bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype)
-    return _bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype) if r is _NI else r
+def bwd_from_y_dx_eager(g, y, w, rstd, g_residual, dx_dtype=None):
+    r = direct.bwd_from_y_dx(g, y, w, rstd, g_residual, dx_dtype)
+    return _bwd_from_y_dx(g, y, w, rstd, g_residual, dx_dtype) if r is _NI else r
 
 
-__all__ = ['DIRECT', 'eager', 'fwd', 'fwd_eager', 'fwd_residual', 'fwd_residual_eager', 'fwd_out', 'fwd_residual_out', 'bwd', 'bwd_eager', 'bwd_dx', 'bwd_dx_eager', 'bwd_out', 'bwd_y', 'bwd_y_eager', 'bwd_y_dx', 'bwd_y_dx_eager']
+__all__ = ['DIRECT', 'eager', 'fwd', 'fwd_eager', 'fwd_residual', 'fwd_residual_eager', 'fwd_out', 'fwd_residual_out', 'bwd', 'bwd_eager', 'bwd_dx', 'bwd_dx_eager', 'bwd_out', 'bwd_from_y', 'bwd_from_y_eager', 'bwd_from_y_dx', 'bwd_from_y_dx_eager']

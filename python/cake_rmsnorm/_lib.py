@@ -10,6 +10,7 @@ import torch
 from ._cabi import DTYPE_NAMES as _DTYPE_NAMES
 from ._cabi import Plan as _Plan
 from ._cabi import Window as _Window
+from ._cabi import declare as _declare
 
 _DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -27,7 +28,7 @@ def library_path() -> str:
 
 torch.ops.load_library(library_path())
 ops = torch.ops.cake_rmsnorm
-_c = ctypes.CDLL(library_path())
+_c = _declare(ctypes.CDLL(library_path()))  # C types from the header (_cabi.py)
 
 # The op bodies without the dispatcher (_calls.py): tensors cross through the stable ABI's Python
 # shims (torch >= 2.14) or, on 2.10-2.13, the tensor object's layout, proven on a probe first.
@@ -81,37 +82,6 @@ class Window(tuple):
     above = property(lambda self: self[0])
     at_most = property(lambda self: self[1])
     program = property(lambda self: self[2])
-
-
-_c.cake_rmsnorm_backward_workspace_bytes.restype = ctypes.c_size_t
-_c.cake_rmsnorm_backward_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
-_c.cake_rmsnorm_backward_chunks.restype = ctypes.c_int64
-_c.cake_rmsnorm_backward_chunks.argtypes = [ctypes.c_int64, ctypes.c_int64]
-_c.cake_rmsnorm_backward_saturating_rows.restype = ctypes.c_int64
-_c.cake_rmsnorm_backward_saturating_rows.argtypes = [ctypes.c_int64]
-_c.cake_rmsnorm_built_archs.restype = ctypes.c_uint
-_c.cake_rmsnorm_program_windows_sms.restype = ctypes.c_int
-_c.cake_rmsnorm_program_windows_sms.argtypes = [
-    ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(_Window), ctypes.c_int]
-
-_c.cake_rmsnorm_last_launch.restype = ctypes.c_int
-_c.cake_rmsnorm_last_launch.argtypes = [ctypes.POINTER(_Plan)]
-_c.cake_rmsnorm_launch_plan.restype = ctypes.c_int
-_c.cake_rmsnorm_launch_plan.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-                                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Plan)]
-
-_c.cake_rmsnorm_set_program_override.restype = ctypes.c_int
-_c.cake_rmsnorm_set_program_override.argtypes = [ctypes.c_int] * 7
-_c.cake_rmsnorm_set_exact_groups.restype = ctypes.c_int
-_c.cake_rmsnorm_set_exact_groups.argtypes = [ctypes.c_int]
-_c.cake_rmsnorm_set_one_launch.restype = ctypes.c_int
-_c.cake_rmsnorm_set_one_launch.argtypes = [ctypes.c_int]
-_c.cake_rmsnorm_set_warp_chunks.restype = ctypes.c_int
-_c.cake_rmsnorm_set_warp_chunks.argtypes = [ctypes.c_int]
-
-_c.cake_rmsnorm_build_info.restype = ctypes.c_char_p
-_c.cake_rmsnorm_shipped_archs.restype = ctypes.c_int
-_c.cake_rmsnorm_shipped_archs.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
 
 
 def _shipped_archs() -> tuple:

@@ -22,11 +22,8 @@ from ._cabi import DTYPE_CODES as _DTYPE
 from ._lib import _c
 from ._sharding import is_dtensor
 
-__all__ = ["rebuild_range", "saves_y", "track", "refresh", "why_saves_x"]
+__all__ = ["rebuild_range", "from_y_holds", "track", "refresh", "why_saves_x"]
 
-_c.cake_rmsnorm_y_rebuild_range.restype = ctypes.c_int
-_c.cake_rmsnorm_y_rebuild_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_float),
-                                            ctypes.POINTER(ctypes.c_float)]
 _RANGES = {}
 
 
@@ -63,7 +60,7 @@ def _stamp(key, y_dtype, hidden, transform):
     return (key._version, local.data_ptr(), y_dtype, hidden, transform, _EPOCH[0])
 
 
-def saves_y(w, y_dtype, hidden, source=None, transform=None):
+def from_y_holds(w, y_dtype, hidden, source=None, transform=None):
     """True where the forward may save y: every column of the effective weight ``w`` lies in the
     rebuild range. ``source`` (the Parameter ``w`` derives from, ``transform`` naming how, as
     "1+w" does) keys the verdict, so a weight made afresh each call is checked once a version of
@@ -98,7 +95,7 @@ def effective(module):
     return 1.0 + w.float() if getattr(module, "zero_centered", False) else w
 
 
-# Memory-efficient modules, whose verdict compiled calls read (RMSNorm._y_ok): taken at creation
+# Memory-efficient modules, whose verdict compiled calls read (RMSNorm._from_y): taken at creation
 # and on every eager call, and refreshed after every optimizer step (one sync for them all), so
 # a weight an optimizer moves out of the range is caught before the next compiled forward.
 _TRACKED = weakref.WeakSet()
@@ -122,15 +119,15 @@ def refresh(modules):
     for m in modules:
         w = getattr(m, "weight", None)
         if w is None:
-            m._y_ok = True
+            m._from_y = True
             continue
         if w.is_meta:
-            m._y_ok = None
+            m._from_y = None
             continue
         a = effective(m).float().abs()
         if type(a) is not torch.Tensor and is_dtensor(a):
             if not all(p.is_replicate() for p in a.placements):  # a shard (FSDP2): only eager calls see it whole
-                m._y_ok = None
+                m._from_y = None
                 continue
             a = a.to_local()
         lo, hi = rebuild_range(torch.float16, w.numel())
@@ -140,8 +137,8 @@ def refresh(modules):
         one_device = all(c.device == checks[0].device for c in checks)
         verdicts = torch.stack(checks).tolist() if one_device else [bool(c) for c in checks]
         for m, ok in zip(owners, verdicts):
-            m._y_ok = bool(ok)
-            if ok:  # every y dtype's verdict for the eager calls (saves_y)
+            m._from_y = bool(ok)
+            if ok:  # every y dtype's verdict for the eager calls (from_y_holds)
                 w = m.weight
                 transform = "1+w" if getattr(m, "zero_centered", False) else None
                 w.__dict__[_ATTR] = (_stamp(w, None, w.numel(), transform), True)

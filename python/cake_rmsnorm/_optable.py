@@ -61,13 +61,13 @@ OPS = (
        "into caller buffers; dw None skips the weight gradient, accumulate adds the sum into dw (main_grad), "
        "workspace None with dw: the op allocates one (cake_rmsnorm_backward_workspace_bytes)",
        cpp="backward_out", cpp_hidden=("max_ctas",)),
-    Op("bwd_y",
+    Op("bwd_from_y",
        "Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None, "
        "bool dw_in_w_dtype=False", "Tensor dx, Tensor dw",
-       "the backward from the output (memory_efficient): y read where x is, xhat = y (1 / w); dx in dx_dtype "
+       "the backward from the output y (from_y, the memory_efficient mechanism): y read where x is, xhat = y (1 / w); dx in dx_dtype "
        "(None: y's; float32 beside a 16-bit y, AMP's stream)"),
-    Op("bwd_y_dx", "Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None",
-       "Tensor dx", "bwd_y's dx only"),
+    Op("bwd_from_y_dx", "Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None",
+       "Tensor dx", "bwd_from_y's dx only"),
 )
 
 

@@ -54,7 +54,7 @@ def _strategies(name, roles, outputs, args):
 
     written = {i for i in range(len(args)) if _WRITES[name][i] == "!"}
     dims = [*range(ndim - 1), None]
-    if (name == "bwd" and len(args) > 5 and args[5]) or (name == "bwd_y" and len(args) > 6 and args[6]):
+    if (name == "bwd" and len(args) > 5 and args[5]) or (name == "bwd_from_y" and len(args) > 6 and args[6]):
         dims = [None]  # dw rounded to a 16-bit dtype is never a Partial sum
     out = []
     for d in dims:

@@ -16,20 +16,20 @@ from ._calls import fwd as _fwd
 from ._calls import fwd_residual as _fwd_residual
 from ._calls import fwd_eager as _fwd_eager
 from ._calls import fwd_residual_eager as _fwd_residual_eager
-from ._calls import bwd_y as _bwd_y
-from ._calls import bwd_y_dx as _bwd_y_dx
-from ._memory import saves_y as _saves_y
+from ._calls import bwd_from_y as _bwd_from_y
+from ._calls import bwd_from_y_dx as _bwd_from_y_dx
+from ._memory import from_y_holds as _from_y_holds
 
 __all__ = ["CakeRMSNormFunction", "cake_rmsnorm"]
 
 
-def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype=None):
+def backward_core(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad, from_y=False, dx_dtype=None):
     """(dx, dw) of one norm: the fused backward and the dw finalize, which writes dw in w's
-    dtype (None when w needs no gradient or main_grad received it in place). ``dx_dtype`` given:
-    xs is y, the forward's output (the memory-efficient mode), and dx comes back in dx_dtype."""
+    dtype (None when w needs no gradient or main_grad received it in place). ``from_y``: xs is
+    y, the forward's output (the memory-efficient mode), and dx comes back in ``dx_dtype``."""
     if grad_y is None:
         grad_y = torch.zeros_like(xs)
-    if dx_dtype is not None:
+    if from_y:
         return _backward_from_y(grad_y, xs, w, rstd, g_res, main_grad, w_needs_grad, dx_dtype)
     if main_grad is not None:
         if type(xs) is not torch.Tensor and is_dtensor(xs):  # reduce in FP32, then accumulate
@@ -56,12 +56,12 @@ def _backward_from_y(grad_y, y, w, rstd, g_res, main_grad, w_needs_grad, dx_dtyp
             dx, dw = _sharded_backward(grad_y, y, w, rstd, g_res, torch.float32 if main_grad is not None else None,
                                        from_y=True, dx_dtype=dxd)
         else:
-            dx, dw = _bwd_y(grad_y, y, w, rstd, g_res, dxd, main_grad is None)
+            dx, dw = _bwd_from_y(grad_y, y, w, rstd, g_res, dxd, main_grad is None)
         if main_grad is None:
             return dx, dw
         main_grad.add_(dw)
         return dx, None
-    return _bwd_y_dx(grad_y, y, w, rstd, g_res, dxd), None
+    return _bwd_from_y_dx(grad_y, y, w, rstd, g_res, dxd), None
 
 
 def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, from_y=False, dx_dtype=None):
@@ -70,7 +70,7 @@ def _sharded_backward(grad_y, xs, w, rstd, g_res, dtype=None, from_y=False, dx_d
     backward from the output), dx in ``dx_dtype`` (None: y's)."""
     from torch.distributed.tensor import Replicate
     if from_y:
-        dx, dw = _bwd_y(grad_y, xs, w, rstd, g_res, dx_dtype, False)
+        dx, dw = _bwd_from_y(grad_y, xs, w, rstd, g_res, dx_dtype, False)
     else:
         dx, dw = _bwd(grad_y, xs, w, rstd, g_res, False)
     dw = dw.redistribute(dw.device_mesh, [Replicate() if p.is_partial() else p for p in dw.placements])
@@ -89,7 +89,7 @@ def _backward(ctx, grad_y, grad_h):
         _no_outer_derivative(getattr(ctx, "level", None))
     xs, w, rstd, main_grad = ctx.saved_tensors
     g_res = grad_h if ctx.has_residual else None
-    dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1], ctx.dx_dtype)
+    dx, dw = backward_core(grad_y, xs, w, rstd, g_res, main_grad, ctx.needs_input_grad[1], ctx.from_y, ctx.dx_dtype)
     dres = None
     if ctx.has_residual and ctx.needs_input_grad[3]:
         dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
@@ -107,7 +107,7 @@ def _no_outer_derivative(own_level):
 
 
 class _NormFunction(torch.autograd.Function):
-    """``apply(x, w, eps, residual, main_grad, out_dtype, save_y)``, inputs validated by the caller
+    """``apply(x, w, eps, residual, main_grad, out_dtype, from_y)``, inputs validated by the caller
     (:func:`apply` makes this one positional call; everything above it passes options by name).
 
     Returns ``y`` (no residual) or ``(y, h_new)``. The backward is the fused backward kernel
@@ -115,21 +115,21 @@ class _NormFunction(torch.autograd.Function):
     two launches. dx goes to x (and, the same tensor, to residual: the gradient of both inputs
     of the add). A weight that needs no gradient costs no dw work. With ``main_grad`` (an FP32
     [H] buffer), dw is added into it in place and no weight gradient is returned. Saves only
-    (x or h_new, w, rstd); with ``save_y`` (the memory-efficient mode, where the weight passed
+    (x or h_new, w, rstd); with ``from_y`` (the memory-efficient mode, where the weight passed
     the rebuild rule: _memory.py), (y, w, rstd), and the backward rebuilds xhat = y (1 / w).
     Under torch.func's transforms the call goes to :class:`_TransformableFunction` instead.
     """
 
     @staticmethod
-    def forward(ctx, x, w, eps, residual, main_grad, out_dtype, save_y):
-        ctx.dx_dtype = x.dtype if save_y else None
+    def forward(ctx, x, w, eps, residual, main_grad, out_dtype, from_y):
+        ctx.from_y, ctx.dx_dtype = from_y, x.dtype
         if residual is None:
             y, rstd = _fwd(x, w, eps, out_dtype)
-            ctx.save_for_backward(y if save_y else x, w, rstd, main_grad)
+            ctx.save_for_backward(y if from_y else x, w, rstd, main_grad)
             ctx.has_residual = False
             return y
         y, rstd, h = _fwd_residual(x, residual, w, eps, out_dtype)
-        ctx.save_for_backward(y if save_y else h, w, rstd, main_grad)
+        ctx.save_for_backward(y if from_y else h, w, rstd, main_grad)
         ctx.has_residual = True
         ctx.residual_dtype = residual.dtype  # a 16-bit branch beside float32 x gets its gradient cast
         return y, h
@@ -142,14 +142,14 @@ class _NormFunction(torch.autograd.Function):
 
 class CakeRMSNormFunction(_NormFunction):
     """The public Function with the seeds' signature, ``apply(x, w, eps, residual=None,
-    deterministic=True, main_grad=None, out_dtype=None, save_y=False)``, inputs validated by the
+    deterministic=True, main_grad=None, out_dtype=None, from_y=False)``, inputs validated by the
     caller (``deterministic`` is accepted and changes nothing). :func:`cake_rmsnorm` is the
     checked call."""
 
     @staticmethod
-    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None, save_y=False):
+    def forward(ctx, x, w, eps, residual=None, deterministic=True, main_grad=None, out_dtype=None, from_y=False):
         del deterministic  # the seeds' argument: dw is deterministic on every path
-        return _NormFunction.forward(ctx, x, w, eps, residual, main_grad, out_dtype, save_y)
+        return _NormFunction.forward(ctx, x, w, eps, residual, main_grad, out_dtype, from_y)
 
     @staticmethod
     def backward(ctx, grad_y, grad_h=None):
@@ -167,22 +167,22 @@ class _TransformableFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, w, eps, residual, main_grad, out_dtype, save_y):
+    def forward(x, w, eps, residual, main_grad, out_dtype, from_y):
         if residual is None:
             return _fwd(x, w, eps, out_dtype)
         return _fwd_residual(x, residual, w, eps, out_dtype)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, w, eps, residual, main_grad, out_dtype, save_y = inputs
+        x, w, eps, residual, main_grad, out_dtype, from_y = inputs
         has_res = residual is not None
         y, rstd = output[0], output[1]
         h = output[2] if has_res else x
-        ctx.dx_dtype = x.dtype if save_y else None
+        ctx.from_y, ctx.dx_dtype = from_y, x.dtype
         ctx.y_dtype = y.dtype
         ctx.has_residual = has_res
         ctx.residual_dtype = residual.dtype if has_res else None
-        ctx.save_for_backward(y if save_y else h, w, rstd, main_grad)
+        ctx.save_for_backward(y if from_y else h, w, rstd, main_grad)
         ctx.save_for_forward(h, w, rstd)
         ctx.mark_non_differentiable(rstd)
         ctx.set_materialize_grads(False)
@@ -277,16 +277,16 @@ def cake_rmsnorm(
         out_dtype = C.check_out_dtype(out_dtype, mixed[0] if mixed else x)
         if mixed:
             C.check_residual(residual, x, w, out_dtype, either=True)
-    save_y = False
+    from_y = False
     if memory_efficient is not False:
         C.check_bool(memory_efficient, "memory_efficient")
         if memory_efficient and not torch.compiler.is_compiling():
-            save_y = y_rebuilds(x, w, residual, out_dtype)
-            if not save_y and torch.is_grad_enabled() and isinstance(w, torch.Tensor) \
+            from_y = from_y_holds_for(x, w, residual, out_dtype)
+            if not from_y and torch.is_grad_enabled() and isinstance(w, torch.Tensor) \
                     and isinstance(x, torch.Tensor) and y_dtype_of(x, residual, out_dtype) in C.ACT_DTYPES:
                 warnings.warn("cake_rmsnorm(memory_efficient=True) saves x, not y: w has columns outside the range "
                               "y rebuilds x from (docs/python_api.md#memory-efficient-mode)", stacklevel=2)
-    return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, save_y=save_y)
+    return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, from_y=from_y)
 
 
 def y_dtype_of(x, residual, out_dtype):
@@ -294,28 +294,28 @@ def y_dtype_of(x, residual, out_dtype):
     return out_dtype or (torch.float32 if C.mixed_stream(x, residual) else x.dtype)
 
 
-def y_rebuilds(x, w, residual, out_dtype, source=None, transform=None):
+def from_y_holds_for(x, w, residual, out_dtype, source=None, transform=None):
     """The memory-efficient rule for this call (_memory.py)."""
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() < 1 or w.dim() != 1:
         return False  # refused by the kernels' checks with the documented error
-    return _saves_y(w, y_dtype_of(x, residual, out_dtype), x.shape[-1], source, transform)
+    return _from_y_holds(w, y_dtype_of(x, residual, out_dtype), x.shape[-1], source, transform)
 
 
-def apply(x, w, residual=None, *, eps, main_grad=None, out_dtype=None, save_y=False):
+def apply(x, w, residual=None, *, eps, main_grad=None, out_dtype=None, from_y=False):
     """The autograd call on inputs whose scalar options are checked (eps, main_grad, out_dtype),
     options by name. In eager the kernels' own checks gate the call, and a refusal re-runs the
     Python checks for the documented error; traced calls check up front."""
     if not _eager():
         if _transforms():  # torch.func (grad, vmap, jvp, ...) or forward-mode dual tensors
             C.check_forward_inputs(x, w, residual, layout=False)
-            return _apply_transformable(x, w, residual, eps, main_grad, out_dtype, save_y)
+            return _apply_transformable(x, w, residual, eps, main_grad, out_dtype, from_y)
         C.check_forward_mode(x, w, residual)
         C.check_forward_inputs(x, w, residual, layout=False)
-        return _apply(x, w, residual, eps, main_grad, out_dtype, save_y, _fwd, _fwd_residual)
+        return _apply(x, w, residual, eps, main_grad, out_dtype, from_y, _fwd, _fwd_residual)
     if _fw_ad._current_level >= 0 and _dual(x, w, residual):  # forward_ad.dual_level() with dual inputs
-        return _apply_transformable(x, w, residual, eps, main_grad, out_dtype, save_y)
+        return _apply_transformable(x, w, residual, eps, main_grad, out_dtype, from_y)
     try:
-        return _apply(x, w, residual, eps, main_grad, out_dtype, save_y, _fwd_eager, _fwd_residual_eager)
+        return _apply(x, w, residual, eps, main_grad, out_dtype, from_y, _fwd_eager, _fwd_residual_eager)
     except Exception:
         C.check_forward_inputs(x, w, residual, layout=False)  # raises the documented error
         raise
@@ -329,15 +329,15 @@ def _dual(*ts) -> bool:
     return any(isinstance(t, torch.Tensor) and _fw_ad.unpack_dual(t).tangent is not None for t in ts)
 
 
-def _apply_transformable(x, w, residual, eps, main_grad, out_dtype, save_y):
+def _apply_transformable(x, w, residual, eps, main_grad, out_dtype, from_y):
     """_apply's call under torch.func's transforms and forward-mode AD (_TransformableFunction)."""
     if residual is not None and residual.dtype is not x.dtype and residual.dtype is torch.float32:
         x, residual = residual, x
-    out = _TransformableFunction.apply(x, w, eps, residual, main_grad, out_dtype, save_y)
+    out = _TransformableFunction.apply(x, w, eps, residual, main_grad, out_dtype, from_y)
     return out[0] if residual is None else (out[0], out[2])
 
 
-def _apply(x, w, residual, eps, main_grad, out_dtype, save_y, fwd, fwd_residual):
+def _apply(x, w, residual, eps, main_grad, out_dtype, from_y, fwd, fwd_residual):
     """_NormFunction.apply, or the bare kernel where nothing needs a gradient (no autograd node to
     build: inference, frozen layers, activation recompute). A float32 residual beside a 16-bit x
     goes in as x (the kernels' stream); the add, and each input's gradient, are the same."""
@@ -345,7 +345,7 @@ def _apply(x, w, residual, eps, main_grad, out_dtype, save_y, fwd, fwd_residual)
         x, residual = residual, x
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (residual is not None and residual.requires_grad)):
-        return _NormFunction.apply(x, w, eps, residual, main_grad, out_dtype, save_y)
+        return _NormFunction.apply(x, w, eps, residual, main_grad, out_dtype, from_y)
     if residual is None:
         return fwd(x, w, eps, out_dtype)[0]
     y, _, h = fwd_residual(x, residual, w, eps, out_dtype)

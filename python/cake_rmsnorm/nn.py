@@ -13,7 +13,7 @@ from ._checks import (_BF16, _FP16, _FP32, ACT_DTYPES, FP32_CUDA_MAX_HIDDEN, HAL
 from ._lib import cuda_refusal
 from . import _memory
 from ._probe import eps_of, probe_norm
-from .autograd import apply, y_dtype_of, y_rebuilds
+from .autograd import apply, y_dtype_of, from_y_holds_for
 
 _WARNED = set()  # CUDA devices the module warned it runs torch's formula on
 
@@ -127,7 +127,7 @@ class RMSNorm(nn.RMSNorm):
         self.accumulate_main_grad = accumulate_main_grad
         self.memory_efficient = memory_efficient
         self.cast_output = cast_output
-        self._y_ok = None  # the memory-efficient verdict compiled calls read (None: not taken)
+        self._from_y = None  # the memory-efficient verdict compiled calls read (None: not taken)
         self.reset_parameters()
         self.register_load_state_dict_post_hook(RMSNorm._reloaded)
         if memory_efficient:
@@ -248,11 +248,11 @@ class RMSNorm(nn.RMSNorm):
         """The fused kernels; on a GPU the library has no kernels for (an older architecture, a
         CPU-only build), torch's formula with one warning a device."""
         if torch.compiler.is_compiling():  # the verdict as last taken outside the graph (_memory.track)
-            save_y = self.memory_efficient and self._y_ok is True
-            return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, save_y=save_y)
-        save_y = self.memory_efficient and torch.is_grad_enabled() and self._saves_y(x, w, residual, out_dtype)
+            from_y = self.memory_efficient and self._from_y is True
+            return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, from_y=from_y)
+        from_y = self.memory_efficient and torch.is_grad_enabled() and self._from_y_holds(x, w, residual, out_dtype)
         try:
-            return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, save_y=save_y)
+            return apply(x, w, residual, eps=eps, main_grad=main_grad, out_dtype=out_dtype, from_y=from_y)
         except RuntimeError:
             why = _kernel_refusal(x)
             if why is None:
@@ -262,23 +262,23 @@ class RMSNorm(nn.RMSNorm):
                 warnings.warn(f"{why}: cake_rmsnorm.RMSNorm runs torch's formula on this device", stacklevel=3)
             return self._eager(x, residual)
 
-    def _saves_y(self, x, w, residual, out_dtype):
+    def _from_y_holds(self, x, w, residual, out_dtype):
         """The memory-efficient rule for this call (_memory.py), remembered per version of the
         weight, with one warning each time the module turns to saving x. Compiled calls read
-        _y_ok (FP16's range, the narrowest, taken by _memory.refresh); a weight this call finds
+        _from_y (FP16's range, the narrowest, taken by _memory.refresh); a weight this call finds
         outside its range is outside FP16's too, so that verdict turns False here as well."""
         if residual is None or residual.dtype is x.dtype:  # the common case in few reads (host cost)
-            ok = _memory.saves_y(w, out_dtype or x.dtype, x.shape[-1], self._parameters.get("weight"),
+            ok = _memory.from_y_holds(w, out_dtype or x.dtype, x.shape[-1], self._parameters.get("weight"),
                                  "1+w" if self.zero_centered else None)
         else:
-            ok = y_rebuilds(x, w, residual, out_dtype, self._parameters.get("weight"),
+            ok = from_y_holds_for(x, w, residual, out_dtype, self._parameters.get("weight"),
                             "1+w" if self.zero_centered else None)
         if ok:
             if self.__dict__.get("_said_saves_x"):
                 self.__dict__["_said_saves_x"] = False
             return ok
-        if self._y_ok is not False:
-            self._y_ok = False
+        if self._from_y is not False:
+            self._from_y = False
         if not self.__dict__.get("_said_saves_x"):  # one warning each time the module turns to saving x
             self.__dict__["_said_saves_x"] = True
             self._say_saves_x(x, w, residual, out_dtype)

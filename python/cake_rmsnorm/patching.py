@@ -163,7 +163,7 @@ def patch(model: nn.Module, deterministic: bool = True, accumulate_main_grad: bo
         _qk_norms_save_x(model, report)
         for path, cls in report.replaced:
             new = model.get_submodule(path)
-            if new.memory_efficient and new._y_ok is False:  # the verdict compiled calls read (FP16's range)
+            if new.memory_efficient and new._from_y is False:  # the verdict compiled calls read (FP16's range)
                 report.saves_x.append((path, cls, _memory.why_saves_x(_memory.effective(new), torch.float16)))
     casts = [p for p, _ in report.replaced if model.get_submodule(p).cast_output]
     if casts and len(casts) < len(report.replaced):

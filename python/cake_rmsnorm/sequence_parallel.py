@@ -30,15 +30,6 @@ from ._lib import _c
 __all__ = ["chunks_per_rank", "backward_partials", "dw_from_partials", "sequence_parallel_backward"]
 
 
-_c.cake_rmsnorm_backward_partials.restype = ctypes.c_int
-_c.cake_rmsnorm_backward_partials.argtypes = [ctypes.POINTER(_BwdArgs), ctypes.c_int64, ctypes.c_void_p]
-_c.cake_rmsnorm_dw_finalize.restype = ctypes.c_int
-_c.cake_rmsnorm_dw_finalize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                        ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-_c.cake_rmsnorm_status_string.restype = ctypes.c_char_p
-_c.cake_rmsnorm_status_string.argtypes = [ctypes.c_int]
-
-
 def _raise(status: int, what: str) -> None:
     if status != 0:
         raise RuntimeError(f"{what}: {_c.cake_rmsnorm_status_string(status).decode()}")

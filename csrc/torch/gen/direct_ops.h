@@ -103,7 +103,7 @@ PyObject* bwd_out(PyObject*, PyObject* const* a, Py_ssize_t n) {
   });
 }
 
-PyObject* bwd_y(PyObject*, PyObject* const* a, Py_ssize_t n) {
+PyObject* bwd_from_y(PyObject*, PyObject* const* a, Py_ssize_t n) {
   return guarded(n, 7, [&] {
     const auto g = tensor(a[0]);
     const auto y = tensor(a[1]);
@@ -113,12 +113,12 @@ PyObject* bwd_y(PyObject*, PyObject* const* a, Py_ssize_t n) {
     const auto dx_dtype = opt_dtype(a[5]);
     const auto dw_in_w_dtype = flag(a[6]);
     return on_device(y, [&](auto ops) {
-      return give(ops.bwd_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype));
+      return give(ops.bwd_from_y(g, y, w, rstd, g_residual, dx_dtype, dw_in_w_dtype));
     });
   });
 }
 
-PyObject* bwd_y_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
+PyObject* bwd_from_y_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
   return guarded(n, 6, [&] {
     const auto g = tensor(a[0]);
     const auto y = tensor(a[1]);
@@ -127,7 +127,7 @@ PyObject* bwd_y_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
     const auto g_residual = opt_tensor(a[4]);
     const auto dx_dtype = opt_dtype(a[5]);
     return on_device(y, [&](auto ops) {
-      return give(ops.bwd_y_dx(g, y, w, rstd, g_residual, dx_dtype));
+      return give(ops.bwd_from_y_dx(g, y, w, rstd, g_residual, dx_dtype));
     });
   });
 }
@@ -140,5 +140,5 @@ PyObject* bwd_y_dx(PyObject*, PyObject* const* a, Py_ssize_t n) {
   CAKE_FAST(bwd, "cake_rmsnorm::bwd without the dispatcher."), \
   CAKE_FAST(bwd_dx, "cake_rmsnorm::bwd_dx without the dispatcher."), \
   CAKE_FAST(bwd_out, "cake_rmsnorm::bwd_out without the dispatcher."), \
-  CAKE_FAST(bwd_y, "cake_rmsnorm::bwd_y without the dispatcher."), \
-  CAKE_FAST(bwd_y_dx, "cake_rmsnorm::bwd_y_dx without the dispatcher.")
+  CAKE_FAST(bwd_from_y, "cake_rmsnorm::bwd_from_y without the dispatcher."), \
+  CAKE_FAST(bwd_from_y_dx, "cake_rmsnorm::bwd_from_y_dx without the dispatcher.")

@@ -10,8 +10,8 @@
   m.def("bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, bool dw_in_w_dtype=False) -> (Tensor dx, Tensor dw)"); \
   m.def("bwd_dx(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) -> Tensor dx"); \
   m.def("bwd_out(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual, Tensor(a!) dx, Tensor(b!)? dw, Tensor(c!)? workspace, int max_ctas=0, bool accumulate=False) -> ()"); \
-  m.def("bwd_y(Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None, bool dw_in_w_dtype=False) -> (Tensor dx, Tensor dw)"); \
-  m.def("bwd_y_dx(Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None) -> Tensor dx");
+  m.def("bwd_from_y(Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None, bool dw_in_w_dtype=False) -> (Tensor dx, Tensor dw)"); \
+  m.def("bwd_from_y_dx(Tensor g, Tensor y, Tensor w, Tensor rstd, Tensor? g_residual, ScalarType? dx_dtype=None) -> Tensor dx");
 
 // Each op's body: OPS::<name> (ops_impl.h), for the CPU or the CUDA registration.
 #define CAKE_REGISTER_IMPLS(m, OPS) \
@@ -22,5 +22,5 @@
   m.impl("bwd", TORCH_BOX(&OPS::bwd)); \
   m.impl("bwd_dx", TORCH_BOX(&OPS::bwd_dx)); \
   m.impl("bwd_out", TORCH_BOX(&OPS::bwd_out)); \
-  m.impl("bwd_y", TORCH_BOX(&OPS::bwd_y)); \
-  m.impl("bwd_y_dx", TORCH_BOX(&OPS::bwd_y_dx));
+  m.impl("bwd_from_y", TORCH_BOX(&OPS::bwd_from_y)); \
+  m.impl("bwd_from_y_dx", TORCH_BOX(&OPS::bwd_from_y_dx));
