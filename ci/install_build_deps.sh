@@ -5,9 +5,9 @@
 set -euo pipefail
 TORCH_VERSION=${CAKE_TORCH_VERSION:-2.14.1}
 if [ -n "${CAKE_TORCH_INDEX:-}" ]; then
-  python -m pip install -q --index-url "$CAKE_TORCH_INDEX" "torch==$TORCH_VERSION"
+  python -m pip install -q --no-compile --index-url "$CAKE_TORCH_INDEX" "torch==$TORCH_VERSION"
 else
-  python -m pip install -q "torch==$TORCH_VERSION"
+  python -m pip install -q --no-compile "torch==$TORCH_VERSION"
 fi
 python -m pip install -q "setuptools>=64" wheel ninja build numpy
 python -c "import torch; print('install_build_deps: torch', torch.__version__)"
