@@ -1,6 +1,6 @@
 """An op is declared once, in the op table (cake_rmsnorm/_optable.py): scripts/gen_bindings.py
 writes the schemas and registrations, the direct binding, the inductor shims, the LibTorch header
-and the eager wrappers from it, and the Python tables (_schema.py) read it. This file holds the
+and the eager wrappers from it, and the Python tables (_optable.py) read it. This file holds the
 generated files current, the registered schemas equal to the table, and the one hand-written
 copy left, the op bodies (csrc/torch/ops_impl.h), to the table's signatures."""
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import cake_rmsnorm  # noqa: F401  (registers the ops)
-from cake_rmsnorm import _calls, _lowering, _optable, _schema, _sharding
+from cake_rmsnorm import _calls, _lowering, _optable, _sharding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_DIR = os.path.join(ROOT, "csrc", "torch")
@@ -45,16 +45,16 @@ def _registered(name):
     s = getattr(torch.ops.cake_rmsnorm, name).default._schema
     t = lambda a: (lambda r: r[len("Optional["):-1] + "?" if r.startswith("Optional[") else r)(str(a.real_type))  # noqa: E731
     return ([(a.name, t(a), bool(a.alias_info and a.alias_info.is_write),
-              a.default_value if a.has_default_value() else _schema.Arg.REQUIRED) for a in s.arguments],
+              a.default_value if a.has_default_value() else _optable.REQUIRED) for a in s.arguments],
             [r.name for r in s.returns])
 
 
-@pytest.mark.parametrize("name", _schema.NAMES)
+@pytest.mark.parametrize("name", _optable.NAMES)
 def test_the_library_registers_the_tables_schema(name):
     """The loaded library's schema is the table's (a wheel built from another table fails here)."""
     args, rets = _registered(name)
-    want_args, want_rets = _schema.SCHEMAS[name]
-    assert args == [tuple(a) for a in want_args]
+    want_args, want_rets = _optable.SCHEMAS[name]
+    assert args == [(a.name, a.type, a.write, _optable.default_value(a)) for a in want_args]
     assert rets == list(want_rets)
 
 
@@ -80,9 +80,9 @@ def _params(text):
 
 
 def test_every_op_is_read():
-    assert tuple(_schema.SCHEMAS) == _schema.NAMES
+    assert tuple(_optable.SCHEMAS) == _optable.NAMES
     registered = {n for n in dir(torch.ops.cake_rmsnorm) if not n.startswith("_")} - {"name"}
-    assert registered >= set(_schema.NAMES), registered
+    assert registered >= set(_optable.NAMES), registered
 
 
 _CXX = {"Tensor": "Tensor", "Tensor?": "std::optional<Tensor>", "float": "double", "int": "int64_t", "bool": "bool",
@@ -90,9 +90,9 @@ _CXX = {"Tensor": "Tensor", "Tensor?": "std::optional<Tensor>", "float": "double
 
 
 @needs_source
-@pytest.mark.parametrize("name", _schema.NAMES)
+@pytest.mark.parametrize("name", _optable.NAMES)
 def test_the_op_body_has_the_schemas_signature(name):
-    args, rets = _schema.SCHEMAS[name]
+    args, rets = _optable.SCHEMAS[name]
     m = re.search(r"static ([\w:<>, ]+?) " + name + r"\(([^)]*)\)", _source("ops_impl.h"))
     assert m, name
     ret = "void" if not rets else "Tensor" if len(rets) == 1 else "std::tuple<" + ", ".join(["Tensor"] * len(rets)) + ">"
@@ -102,14 +102,15 @@ def test_the_op_body_has_the_schemas_signature(name):
     assert [n for _, n in got] == [a.name for a in args], name
 
 
-@pytest.mark.parametrize("name", _schema.NAMES)
+@pytest.mark.parametrize("name", _optable.NAMES)
 def test_the_eager_wrappers_take_the_schemas_arguments(name):
-    args = _schema.SCHEMAS[name][0]
+    args = _optable.SCHEMAS[name][0]
     for fn in [getattr(_calls, name)] + ([getattr(_calls, name + "_eager")] if hasattr(_calls, name + "_eager") else []):
         params = list(inspect.signature(fn).parameters.values())
         assert [p.name for p in params] == [a.name for a in args], fn.__name__
         for p, a in zip(params, args):
-            want = inspect.Parameter.empty if a.default is _schema.Arg.REQUIRED else a.default
+            v = _optable.default_value(a)
+            want = inspect.Parameter.empty if v is _optable.REQUIRED else v
             assert p.default == want, (fn.__name__, p.name)
 
 
@@ -137,7 +138,7 @@ def _sample(name):
     }[name]
 
 
-@pytest.mark.parametrize("name", _schema.NAMES)
+@pytest.mark.parametrize("name", _optable.NAMES)
 def test_the_derived_fakes_match_the_ops(name):
     """The fakes built from the outputs' names (_registrations.py) pass torch's opcheck
     (schema, fake tensor against the real op's outputs, AOT dispatch)."""

@@ -34,8 +34,9 @@ import torch
 import torch.autograd.profiler as _profiler
 
 from ._lib import direct, ops
+from ._optable import BY_NAME as _BY_NAME
 from ._optable import OPS as _TABLE
-from ._schema import shim_params
+from ._optable import shim_params
 
 __all__ = ["install", "installed", "OPS"]
 
@@ -43,8 +44,8 @@ OPS = tuple(op.name for op in _TABLE if op.shim)  # the functional ops inductor 
 
 def shim_declarations(name):
     """Inductor calls op ``name``'s shim aoti_torch_<device>_<name> (parameters from the op's
-    schema, _schema.py); the asm label binds that name to the library's own symbol."""
-    params = shim_params(name)
+    table, _optable.py); the asm label binds that name to the library's own symbol."""
+    params = shim_params(_BY_NAME[name])
     return [f'AOTITorchError aoti_torch_{dev}_{name}({params}) __asm__("cake_rmsnorm_shim_{dev}_{name}")'
             for dev in ("cpu", "cuda")]
 

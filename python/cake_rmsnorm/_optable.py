@@ -1,19 +1,21 @@
 """The ops, each declared once: its name, its arguments and outputs in the schema's own syntax,
 and where it is served. Everything that repeats a signature is generated from this table by
 ``scripts/gen_bindings.py`` (the torch schemas and registrations, the direct binding's argument
-parsing, the inductor shims, the LibTorch header, the eager wrappers ``_calls.py``); the fakes
-and DTensor roles read it at import (``_schema.py``). Pure data: no torch import, so the
-generator runs without torch.
+parsing, the inductor shims, the LibTorch header, the eager wrappers ``_calls.py``); the fakes,
+DTensor roles and vmap rules read it at import (``SCHEMAS``, ``roles``, ``writes`` below). Data
+and its readers only: no torch import, so the generator runs without torch.
 
 A tensor's DTensor role follows its name (``ROLE``): the weight and workspace replicated, dw a
 Partial sum, every other tensor a row tensor. The rows tensor (``x``, or ``y`` for the backward
 from the output) picks the device an eager call runs on.
 """
 
+import ast
 import re
 from typing import NamedTuple, Optional, Tuple
 
-__all__ = ["Op", "Arg", "OPS", "ROLE", "SHIM_C_TYPE", "NS", "args_of", "returns_of", "shim_params"]
+__all__ = ["Op", "Arg", "OPS", "ROLE", "SHIM_C_TYPE", "NS", "NAMES", "BY_NAME", "SCHEMAS", "REQUIRED", "args_of",
+           "returns_of", "default_value", "shim_params", "roles", "writes"]
 
 NS = "cake_rmsnorm"
 
@@ -98,3 +100,28 @@ def shim_params(op: Op) -> str:
     """The op's C shim parameter list (gen/shims.h, _lowering.py's declarations): arguments, then outputs."""
     return ", ".join([f"{SHIM_C_TYPE[a.type]} {a.name}" for a in args_of(op)] +
                      [f"AtenTensorHandle* {r}" for r in returns_of(op)])
+
+
+REQUIRED = object()  # default_value of an argument the schema leaves required
+
+
+def default_value(a: Arg):
+    """The Python value of an argument's default, or REQUIRED."""
+    return REQUIRED if a.default is None else ast.literal_eval(a.default)
+
+
+NAMES = tuple(op.name for op in OPS)
+BY_NAME = {op.name: op for op in OPS}
+SCHEMAS = {op.name: (args_of(op), returns_of(op)) for op in OPS}  # name -> (arguments, outputs' names)
+
+
+def roles(name: str) -> Tuple[str, str]:
+    """(the arguments' roles, "-" for a non-tensor; the outputs' roles), _sharding.py's ROLES."""
+    args, rets = SCHEMAS[name]
+    return ("".join(ROLE.get(a.name, "r") if a.type.startswith("Tensor") else "-" for a in args),
+            "".join(ROLE.get(r, "r") for r in rets))
+
+
+def writes(name: str) -> str:
+    """"!" for each argument the op writes, "-" for the rest."""
+    return "".join("!" if a.write else "-" for a in SCHEMAS[name][0])

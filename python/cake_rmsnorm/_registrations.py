@@ -18,7 +18,7 @@ import torch
 from ._fusion import install as _install_fusion
 from ._lib import ops  # noqa: F401  (loads the library that defines the ops)
 from ._lowering import install as _install_lowering
-from ._schema import NAMES, SCHEMAS, Arg
+from ._optable import NAMES, REQUIRED, SCHEMAS, default_value
 from ._vmap import install as _install_vmap
 
 
@@ -31,7 +31,7 @@ def _on_trace():
 
 _NS = "cake_rmsnorm"
 
-# Each output's fake by its name (_schema.py reads the names from the schemas), from the call's
+# Each output's fake by its name (_optable.SCHEMAS reads the names from the table), from the call's
 # arguments by name: y in out_dtype or x's dtype, rstd FP32 of x's leading shape, h_new and dx
 # like x (or y, in dx_dtype where given), dw [H] in w's dtype where dw_in_w_dtype, else FP32.
 _OUTPUT = {
@@ -52,7 +52,7 @@ def _rows(a):
 def _fake(name):
     args_schema, returns = SCHEMAS[name]
     names = [a.name for a in args_schema]
-    defaults = {a.name: a.default for a in args_schema if a.default is not Arg.REQUIRED}
+    defaults = {a.name: default_value(a) for a in args_schema if default_value(a) is not REQUIRED}
 
     def fake(*args, **kwargs):
         if not returns:  # an out op: it writes its arguments and returns nothing

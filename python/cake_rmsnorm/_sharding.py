@@ -18,13 +18,13 @@ import sys
 import warnings
 
 from ._lib import ops
-from ._schema import NAMES, roles, writes
+from ._optable import NAMES, roles, writes
 
 __all__ = ["install", "installed", "is_dtensor", "ROLES"]
 
 # Each op's positional parameters: "r" a row tensor (sharded on a non-feature dim or
 # replicated), "w" the weight or the workspace (replicated), "-" not a tensor; then its outputs
-# ("p": dw). From the schemas, by the tensors' names (_schema.py).
+# ("p": dw). From the schemas, by the tensors' names (_optable.py).
 ROLES = {name: roles(name) for name in NAMES}
 # Each op's written arguments ("!").
 _WRITES = {name: writes(name) for name in NAMES}

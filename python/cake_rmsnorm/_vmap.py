@@ -12,7 +12,7 @@ import torch
 
 from ._lib import ops
 from ._optable import NS
-from ._schema import NAMES, SCHEMAS, roles
+from ._optable import NAMES, SCHEMAS, roles
 
 __all__ = ["install"]
 
