@@ -283,8 +283,8 @@ inline void backward_into(const Tensor& g_in, const Tensor& x_in, const Tensor& 
                           const Tensor& dx_in, const std::optional<Tensor>& dw_in,
                           const std::optional<Tensor>& workspace_in, int64_t max_ctas, bool accumulate,
                           bool dw_in_w_dtype, void* stream, const Tensor* from_y = nullptr) {
-  // from_y (the memory-efficient backward, the backward from y): the forward's output, read where x is otherwise, and
-  // x_in is then dx itself, the reference for every shape and dtype (x's).
+  // from_y (the memory-efficient backward): the forward's output y, read where x is otherwise,
+  // and x_in is then dx itself, the reference for every shape and dtype (x's).
   if (from_y) {
     check_rows(*from_y, x_in, "y", true);
     STD_TORCH_CHECK(from_y->scalar_type() == g_in.scalar_type(), "g must have y's dtype");
