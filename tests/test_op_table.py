@@ -144,3 +144,21 @@ def test_the_derived_fakes_match_the_ops(name):
     (schema, fake tensor against the real op's outputs, AOT dispatch)."""
     torch.library.opcheck(getattr(torch.ops.cake_rmsnorm, name).default, _sample(name),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_every_c_function_python_calls_has_the_headers_types():
+    """Each C API function the package calls through ctypes is typed from the C headers
+    (_cabi.declare), never left to ctypes' int defaults (which truncate a size_t or a pointer)."""
+    from cake_rmsnorm import _cabi
+    from cake_rmsnorm._lib import _c
+    pkg = os.path.dirname(cake_rmsnorm.__file__)
+    called = set()
+    for name in os.listdir(pkg):
+        if name.endswith(".py"):
+            with open(os.path.join(pkg, name)) as f:
+                called |= set(re.findall(r"_c\.(cake_rmsnorm_\w+)", f.read()))
+    assert called and called <= set(_cabi._FUNCTIONS), sorted(called - set(_cabi._FUNCTIONS))
+    for name in called:
+        restype, argtypes = _cabi._FUNCTIONS[name]
+        fn = getattr(_c, name)
+        assert fn.restype is restype and list(fn.argtypes) == argtypes, name
