@@ -18,7 +18,7 @@ import torch
 from ._fusion import install as _install_fusion
 from ._lib import ops  # noqa: F401  (loads the library that defines the ops)
 from ._lowering import install as _install_lowering
-from ._optable import NAMES, REQUIRED, SCHEMAS, default_value
+from ._optable import NAMES, SCHEMAS, default_value
 from ._vmap import install as _install_vmap
 
 
@@ -52,7 +52,7 @@ def _rows(a):
 def _fake(name):
     args_schema, returns = SCHEMAS[name]
     names = [a.name for a in args_schema]
-    defaults = {a.name: default_value(a) for a in args_schema if default_value(a) is not REQUIRED}
+    defaults = {a.name: default_value(a) for a in args_schema if a.default is not None}
 
     def fake(*args, **kwargs):
         if not returns:  # an out op: it writes its arguments and returns nothing

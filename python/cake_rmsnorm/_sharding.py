@@ -18,7 +18,7 @@ import sys
 import warnings
 
 from ._lib import ops
-from ._optable import NAMES, roles, writes
+from ._optable import NAMES, SCHEMAS, roles, writes
 
 __all__ = ["install", "installed", "is_dtensor", "ROLES"]
 
@@ -28,6 +28,9 @@ __all__ = ["install", "installed", "is_dtensor", "ROLES"]
 ROLES = {name: roles(name) for name in NAMES}
 # Each op's written arguments ("!").
 _WRITES = {name: writes(name) for name in NAMES}
+# Where an op takes dw_in_w_dtype, its position (read from the table, not spelled per op).
+_DW16 = {name: [a.name for a in SCHEMAS[name][0]].index("dw_in_w_dtype") for name in NAMES
+         if "dw_in_w_dtype" in [a.name for a in SCHEMAS[name][0]]}
 _DTENSOR = "torch.distributed.tensor"
 installed = False
 
@@ -54,7 +57,8 @@ def _strategies(name, roles, outputs, args):
 
     written = {i for i in range(len(args)) if _WRITES[name][i] == "!"}
     dims = [*range(ndim - 1), None]
-    if (name == "bwd" and len(args) > 5 and args[5]) or (name == "bwd_from_y" and len(args) > 6 and args[6]):
+    i = _DW16.get(name)
+    if i is not None and len(args) > i and args[i]:
         dims = [None]  # dw rounded to a 16-bit dtype is never a Partial sum
     out = []
     for d in dims:
